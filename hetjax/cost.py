@@ -1,0 +1,317 @@
+"""The version-1 cost model (SPEC: Evaluation, Metrics, Objective) as pure JAX functions.
+
+`evaluate(graph, platform, plan)` simulates the list schedule of SPEC exactly. Plans may carry
+leading batch axes: many plans for one graph and platform are then simulated together in one
+`lax.scan` over ops, with the plans as the fast (last) axis of every array and processed in
+cache-sized chunks. `jax.vmap` over graph, platform or plan also works.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from hetjax.graphs.core import LayerGraph
+from hetjax.hardware.core import Platform
+
+__all__ = [
+    "Plan",
+    "Metrics",
+    "evaluate",
+    "score",
+    "reference_plan",
+    "DEFAULT_WEIGHTS",
+    "DEFAULT_CHUNK",
+]
+
+DEFAULT_WEIGHTS = (0.6, 0.3, 0.1)  # (alpha, beta, gamma) of the SPEC objective
+DEFAULT_CHUNK = 512  # plans simulated together; keeps the scan's state within a 2 MiB L2
+
+
+@struct.dataclass
+class Plan:
+    """A placement of every op and a batch size (samples per batch). Leading axes allowed."""
+
+    placement: jax.Array  # int32[..., N]  device of each op (padding entries ignored)
+    batch: jax.Array  # f32[...]           samples per batch, >= 1
+
+    @classmethod
+    def from_blocks(cls, graph: LayerGraph, block_placement, batch) -> Plan:
+        """Expand a block-level placement int32[..., M] to ops: placement[i] = bp[block[i]]."""
+        bp = jnp.asarray(block_placement, jnp.int32)
+        placement = jnp.take_along_axis(
+            bp, jnp.broadcast_to(graph.block, bp.shape[:-1] + graph.block.shape[-1:]), axis=-1
+        )
+        return cls(placement=placement, batch=jnp.asarray(batch, jnp.float32))
+
+    @classmethod
+    def create(cls, placement, batch) -> Plan:
+        """A plan from array-likes (int32 placement, float32 batch)."""
+        return cls(
+            placement=jnp.asarray(placement, jnp.int32), batch=jnp.asarray(batch, jnp.float32)
+        )
+
+
+@struct.dataclass
+class Metrics:
+    """Costs of one plan (SPEC: Metrics). Times in s, energy in J, bytes in bytes."""
+
+    latency: jax.Array  # f32[]          s per batch (+inf if infeasible)
+    throughput: jax.Array  # f32[]       samples/s (0 if infeasible)
+    energy: jax.Array  # f32[]           J per batch (+inf if infeasible)
+    busy: jax.Array  # f32[D]            s each device executes per batch
+    link_busy: jax.Array  # f32[D, D]    s each directed link transfers per batch
+    moved: jax.Array  # f32[D, D]        bytes moved over each directed link per batch
+    block_time: jax.Array  # f32[M]      s: op durations + triggered transfers of each block
+    layer_time_std: jax.Array  # f32[]   s: population std of block_time over real blocks
+    transfer_share: jax.Array  # f32[]   sum(link_busy) / simulated latency
+    mem_used: jax.Array  # f32[D]        bytes: weights + batch * largest activation
+    feasible: jax.Array  # bool[]        every op placeable and every memory fits
+    unplaceable: jax.Array  # int32[]    number of ops on a device that cannot run them
+
+
+class _Step(NamedTuple):
+    """Per-op scan input for a chunk of C plans."""
+
+    i: jax.Array  # int32[]         op index
+    dev: jax.Array  # int32[C]      device the op runs on
+    dur: jax.Array  # f[C]          op duration, s
+    real: jax.Array  # bool[]       op is real
+    pred: jax.Array  # int32[P]     predecessor indices (clipped to >= 0)
+    active: jax.Array  # bool[P]    predecessor slot active
+    src: jax.Array  # int32[P, C]   device each predecessor ran on
+    cross: jax.Array  # bool[P, C]  producer ran on another device
+    xfer: jax.Array  # f[P, C]      transfer time if this slot triggers one, s
+
+
+def _device_terms(graph: LayerGraph, platform: Platform, placement, batch):
+    """Schedule-independent quantities, vectorised over ops and plans (plans on the last axis).
+
+    placement int32[N, C], batch f[C] -> run device, duration, unplaceable mask (all [N, C]).
+    """
+    d_max = platform.d_max
+    real = graph.op_mask[:, None]
+    in_range = (placement >= 0) & (placement < d_max)
+    dev = jnp.where(in_range, placement, 0)
+    dev = jnp.where(platform.device_mask[dev], dev, 0)  # unreal or out of range -> device 0
+    peak = platform.peak[dev, graph.op_class[:, None]]  # [N, C]
+    unplaceable = real & ((dev != placement) | (peak <= 0))
+    safe_peak = jnp.where(peak > 0, peak, 1.0)
+    t_comp = jnp.where(
+        unplaceable, 0.0, graph.flops[:, None] * (batch + platform.b_half[dev]) / safe_peak
+    )
+    t_mem = (graph.param_bytes[:, None] + batch * graph.act_bytes[:, None]) / platform.mem_bw[dev]
+    dur = jnp.where(real, platform.launch[dev] + jnp.maximum(t_comp, t_mem), 0.0)
+    return dev, dur, unplaceable
+
+
+def _simulate_chunk(graph: LayerGraph, platform: Platform, placement, batch):
+    """SPEC metrics for C plans of one graph on one platform. placement int32[N, C], batch f[C]."""
+    n, p_max, d_max = graph.n_max, graph.p_max, platform.d_max
+    c = placement.shape[-1]
+    dtype = jnp.result_type(graph.flops.dtype, platform.peak.dtype, batch.dtype)
+    batch = batch.astype(dtype)
+    dev, dur, unplaceable = _device_terms(graph, platform, placement, batch)
+    dur = dur.astype(dtype)
+
+    preds = graph.preds
+    pred = jnp.maximum(preds, 0)  # [N, P]
+    active = (preds >= 0) & graph.op_mask[pred]  # [N, P]
+    src = dev[pred]  # [N, P, C]   device each predecessor ran on
+    dst = dev[:, None, :]  # [N, 1, C]
+    cross = active[..., None] & graph.op_mask[:, None, None] & (src != dst)
+    sent = batch * graph.out_bytes[pred][..., None]  # [N, P, C] bytes if a transfer happens
+    xfer = platform.link_latency[src, dst] + sent / platform.link_bw[src, dst]
+    xfer = jnp.where(cross, xfer, 0.0).astype(dtype)
+
+    devs = jnp.arange(d_max)
+
+    def step(carry, s: _Step):
+        finish, arrival, dev_free, link_free = carry
+        on_dst = devs[:, None] == s.dev[None, :]  # [D, C]
+        ready = jnp.zeros((c,), dtype)
+        triggered = []
+        for k in range(p_max):  # slot order matters: a slot may reuse an earlier slot's transfer
+            p = s.pred[k]
+            f_p = finish[p]  # [C]
+            arr_p = arrival[p]  # [D, C], < 0 = not yet sent to that device
+            arr_d = jnp.sum(jnp.where(on_dst, arr_p, 0.0), axis=0)
+            known = arr_d >= 0
+            on_link = (devs[:, None, None] == s.src[k][None, None, :]) & on_dst[None, :, :]
+            lf = jnp.sum(jnp.where(on_link, link_free, 0.0), axis=(0, 1))
+            trig = s.cross[k] & ~known
+            sent_at = jnp.maximum(f_p, lf) + s.xfer[k]
+            a = jnp.where(s.cross[k], jnp.where(known, arr_d, sent_at), f_p)
+            ready = jnp.maximum(ready, jnp.where(s.active[k], a, 0.0))
+            link_free = jnp.where(on_link & trig, sent_at, link_free)
+            arrival = arrival.at[p].set(jnp.where(on_dst & trig, sent_at, arr_p))
+            triggered.append(trig)
+        start = jnp.maximum(jnp.sum(jnp.where(on_dst, dev_free, 0.0), axis=0), ready)
+        fin = start + s.dur
+        dev_free = jnp.where(on_dst & s.real, fin, dev_free)
+        finish = finish.at[s.i].set(fin)
+        return (finish, arrival, dev_free, link_free), (fin, jnp.stack(triggered))
+
+    init = (
+        jnp.zeros((n, c), dtype),
+        jnp.full((n, d_max, c), -1.0, dtype),
+        jnp.zeros((d_max, c), dtype),
+        jnp.zeros((d_max, d_max, c), dtype),
+    )
+    xs = _Step(
+        i=jnp.arange(n),
+        dev=dev,
+        dur=dur,
+        real=graph.op_mask,
+        pred=pred,
+        active=active,
+        src=src,
+        cross=cross,
+        xfer=xfer,
+    )
+    _, (finish, trig) = jax.lax.scan(step, init, xs)  # finish [N, C], trig [N, P, C]
+    return _metrics(graph, platform, batch, dev, dur, unplaceable, finish, trig, xfer, sent)
+
+
+def _metrics(graph, platform, batch, dev, dur, unplaceable, finish, trig, xfer, sent):
+    """Reduce a simulated schedule to `Metrics` with a trailing plan axis C on every field."""
+    d_max, m_max = platform.d_max, graph.m_max
+    devs = jnp.arange(d_max)
+    real = graph.op_mask[:, None]
+    on = devs[None, :, None] == dev[:, None, :]  # [N, D, C]
+    latency = jnp.max(jnp.where(real, finish, 0.0), axis=0, initial=0.0)
+    busy = jnp.sum(jnp.where(on, dur[:, None, :], 0.0), axis=0)  # [D, C]
+
+    pred = jnp.maximum(graph.preds, 0)
+    src = dev[pred]  # [N, P, C]
+    charged = jnp.where(trig, xfer, 0.0)  # [N, P, C]
+    link_onehot = (devs[:, None, None, None, None] == src[None, None]) & (
+        devs[None, :, None, None, None] == dev[None, None, :, None, :]
+    )  # [D, D, N, P, C]
+    link_busy = jnp.sum(jnp.where(link_onehot, charged, 0.0), axis=(2, 3))
+    moved = jnp.sum(jnp.where(link_onehot & trig, sent, 0.0), axis=(2, 3))
+
+    # Block times: cumulative sum over ops, read at each block's last real op (blocks are
+    # contiguous runs in op order, so a difference of two prefix sums is one block's total).
+    per_op = dur + jnp.sum(charged, axis=1)  # [N, C]
+    prefix = jnp.cumsum(per_op, axis=0)
+    idx = jnp.arange(graph.n_max)
+    last = jax.ops.segment_max(
+        jnp.where(graph.op_mask, idx, -1), graph.block, num_segments=m_max
+    )  # [M]
+    end = jnp.where(last[:, None] >= 0, prefix[jnp.maximum(last, 0)], 0.0)  # [M, C]
+    prev_last = jnp.concatenate([jnp.full((1,), -1, last.dtype), last[:-1]])
+    begin = jnp.where(prev_last[:, None] >= 0, prefix[jnp.maximum(prev_last, 0)], 0.0)
+    bmask = graph.block_mask[:, None]
+    block_time = jnp.where(bmask, end - begin, 0.0)
+    n_blocks = jnp.maximum(jnp.sum(graph.block_mask), 1)
+    mean = jnp.sum(block_time, axis=0) / n_blocks
+    var = jnp.sum(jnp.where(bmask, (block_time - mean) ** 2, 0.0), axis=0) / n_blocks
+    layer_time_std = jnp.sqrt(var)
+
+    total_link = jnp.sum(link_busy, axis=(0, 1))
+    transfer_share = jnp.where(latency > 0, total_link / jnp.where(latency > 0, latency, 1.0), 0.0)
+    bottleneck = jnp.maximum(jnp.max(busy, axis=0), jnp.max(link_busy, axis=(0, 1)))
+    throughput = jnp.where(bottleneck > 0, batch / jnp.where(bottleneck > 0, bottleneck, 1.0), 0.0)
+
+    dmask = platform.device_mask[:, None]
+    params = jnp.sum(jnp.where(on & real[:, None], graph.param_bytes[:, None, None], 0.0), axis=0)
+    act = jnp.max(jnp.where(on & real[:, None], graph.act_bytes[:, None, None], 0.0), axis=0)
+    mem_used = params + batch * act  # [D, C]
+    fits = jnp.all(~dmask | (mem_used <= platform.mem_capacity[:, None]), axis=0)
+    n_unplaceable = jnp.sum(unplaceable, axis=0).astype(jnp.int32)
+    feasible = fits & (n_unplaceable == 0)
+
+    pair = dmask[:, None] & dmask[None, :] & ~jnp.eye(d_max, dtype=bool)[..., None]
+    energy = jnp.sum(
+        jnp.where(
+            dmask,
+            platform.p_busy[:, None] * busy + platform.p_idle[:, None] * (latency - busy),
+            0.0,
+        ),
+        axis=0,
+    ) + jnp.sum(jnp.where(pair, platform.link_energy[..., None] * moved, 0.0), axis=(0, 1))
+
+    inf = jnp.asarray(jnp.inf, latency.dtype)
+    return Metrics(
+        latency=jnp.where(feasible, latency, inf),
+        throughput=jnp.where(feasible, throughput, 0.0),
+        energy=jnp.where(feasible, energy, inf),
+        busy=busy,
+        link_busy=link_busy,
+        moved=moved,
+        block_time=block_time,
+        layer_time_std=layer_time_std,
+        transfer_share=transfer_share,
+        mem_used=mem_used,
+        feasible=feasible,
+        unplaceable=n_unplaceable,
+    )
+
+
+def _plans_last(tree):
+    """Move the trailing plan axis C of every Metrics field to the front."""
+    return jax.tree.map(lambda x: jnp.moveaxis(x, -1, 0), tree)
+
+
+@functools.partial(jax.jit, static_argnames=("chunk",))
+def _evaluate_flat(graph, platform, placement, batch, chunk):
+    """placement int32[B, N], batch f[B] -> Metrics with leading axis B."""
+    b = placement.shape[0]
+    if b <= chunk:
+        return _plans_last(_simulate_chunk(graph, platform, placement.T, batch))
+    n_chunks = -(-b // chunk)
+    pad = n_chunks * chunk - b
+    placement = jnp.pad(placement, ((0, pad), (0, 0)))
+    batch = jnp.pad(batch, (0, pad), constant_values=1.0)
+    placement = placement.reshape(n_chunks, chunk, -1).transpose(0, 2, 1)  # [K, N, C]
+    batch = batch.reshape(n_chunks, chunk)
+    out = jax.lax.map(lambda xs: _simulate_chunk(graph, platform, *xs), (placement, batch))
+    out = jax.tree.map(lambda x: jnp.moveaxis(x, -1, 1), out)  # [K, C, ...]
+    return jax.tree.map(lambda x: x.reshape((n_chunks * chunk,) + x.shape[2:])[:b], out)
+
+
+def evaluate(
+    graph: LayerGraph, platform: Platform, plan: Plan, *, chunk: int = DEFAULT_CHUNK
+) -> Metrics:
+    """Simulate `plan` on `platform` (SPEC v1) and return its `Metrics`.
+
+    Pure and jittable. `plan` may have leading batch axes (many plans for this graph and
+    platform, simulated together in chunks of `chunk` plans); the result then has the same
+    leading axes. Differentiable w.r.t. the platform's float fields.
+    """
+    lead = plan.batch.shape
+    placement = jnp.asarray(plan.placement, jnp.int32).reshape((-1, graph.n_max))
+    batch = jnp.asarray(plan.batch).reshape(-1)
+    if not jnp.issubdtype(batch.dtype, jnp.floating):
+        batch = batch.astype(jnp.float32)
+    out = _evaluate_flat(graph, platform, placement, batch, chunk)
+    return jax.tree.map(lambda x: x.reshape(lead + x.shape[1:]), out)
+
+
+def reference_plan(graph: LayerGraph, b_ref: float = 1.0) -> Plan:
+    """The SPEC reference plan: every op on device 0 at batch `b_ref` (default 1)."""
+    return Plan(
+        placement=jnp.zeros(graph.op_class.shape, jnp.int32),
+        batch=jnp.full(graph.op_class.shape[:-1], b_ref, jnp.float32),
+    )
+
+
+def score(metrics: Metrics, reference: Metrics, weights=DEFAULT_WEIGHTS) -> jax.Array:
+    """SPEC objective: alpha*T_ref/T + beta*X/X_ref - gamma*E/E_ref (unitless; -inf if infeasible).
+
+    `reference` is the reference plan's metrics; the reference plan itself scores
+    alpha + beta - gamma (0.8 with the default weights).
+    """
+    alpha, beta, gamma = weights
+    t = jnp.where(metrics.feasible, metrics.latency, 1.0)
+    e = jnp.where(metrics.feasible, metrics.energy, 0.0)
+    x_ref = jnp.where(reference.throughput > 0, reference.throughput, 1.0)
+    e_ref = jnp.where(reference.energy > 0, reference.energy, 1.0)
+    t_term = jnp.where(t > 0, reference.latency / jnp.where(t > 0, t, 1.0), 1.0)
+    s = alpha * t_term + beta * metrics.throughput / x_ref - gamma * e / e_ref
+    return jnp.where(metrics.feasible, s, -jnp.inf)

@@ -1,0 +1,46 @@
+"""Hardware platforms: the `Platform` pytree, presets, random sampling, validation and I/O."""
+
+from hetjax.hardware.core import (
+    NUM_CLASSES,
+    Platform,
+    load,
+    load_meta,
+    pad,
+    save,
+    stack,
+    unstack,
+    validate,
+)
+from hetjax.hardware.presets import (
+    DEVICES,
+    EFFICIENCY,
+    LINKS,
+    PRESETS,
+    DeviceSpec,
+    LinkSpec,
+    PresetSpec,
+    preset,
+)
+from hetjax.hardware.sample import SAMPLED_LINKS, sample
+
+__all__ = [
+    "Platform",
+    "PRESETS",
+    "DEVICES",
+    "LINKS",
+    "EFFICIENCY",
+    "SAMPLED_LINKS",
+    "DeviceSpec",
+    "LinkSpec",
+    "PresetSpec",
+    "preset",
+    "sample",
+    "validate",
+    "pad",
+    "stack",
+    "unstack",
+    "save",
+    "load",
+    "load_meta",
+    "NUM_CLASSES",
+]

@@ -1,0 +1,219 @@
+"""`Platform`: devices and links as padded arrays (SPEC: Platform), with validation and I/O."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from hetjax.errors import PlatformError
+
+__all__ = ["Platform", "validate", "pad", "stack", "unstack", "save", "load", "NUM_CLASSES"]
+
+NUM_CLASSES = 6
+
+
+@struct.dataclass
+class Platform:
+    """D devices padded to `d_max`; leading batch axes allowed (see `stack`). Device 0 is the host
+    accelerator: real, and able to run every op class."""
+
+    peak: jax.Array  # f32[D, 6]      effective FLOP/s per op class, 0 = unsupported
+    mem_bw: jax.Array  # f32[D]       device memory bandwidth, bytes/s
+    launch: jax.Array  # f32[D]       fixed cost per op (kernel launch / dispatch), s
+    mem_capacity: jax.Array  # f32[D] bytes
+    p_busy: jax.Array  # f32[D]       power while executing, W
+    p_idle: jax.Array  # f32[D]       power while idle, W
+    b_half: jax.Array  # f32[D]       batch at which the device reaches half its peak utilisation
+    link_bw: jax.Array  # f32[D, D]   bytes/s from device e to device d (diagonal unused)
+    link_latency: jax.Array  # f32[D, D] s per transfer
+    link_energy: jax.Array  # f32[D, D]  J per byte moved
+    device_mask: jax.Array  # bool[D]  real devices
+
+    @property
+    def d_max(self) -> int:
+        """Padded number of devices D."""
+        return self.mem_bw.shape[-1]
+
+    @property
+    def batch_shape(self) -> tuple[int, ...]:
+        """Leading axes of a stacked platform (() for a single one)."""
+        return self.mem_bw.shape[:-1]
+
+    @classmethod
+    def create(
+        cls,
+        *,
+        peak,
+        mem_bw,
+        launch,
+        mem_capacity,
+        p_busy,
+        p_idle,
+        b_half,
+        link_bw,
+        link_latency,
+        link_energy,
+        device_mask=None,
+        check: bool = True,
+    ) -> Platform:
+        """Build a platform from array-likes (float32); the mask defaults to all-real."""
+        f = lambda x: jnp.asarray(np.asarray(x, np.float32))  # noqa: E731
+        mem_bw = np.asarray(mem_bw, np.float32)
+        p = cls(
+            peak=f(peak),
+            mem_bw=f(mem_bw),
+            launch=f(launch),
+            mem_capacity=f(mem_capacity),
+            p_busy=f(p_busy),
+            p_idle=f(p_idle),
+            b_half=f(b_half),
+            link_bw=f(link_bw),
+            link_latency=f(link_latency),
+            link_energy=f(link_energy),
+            device_mask=jnp.asarray(
+                np.ones(mem_bw.shape, bool) if device_mask is None else np.asarray(device_mask)
+            ),
+        )
+        if check:
+            validate(p)
+        return p
+
+
+_VECTOR_FIELDS = ("mem_bw", "launch", "mem_capacity", "p_busy", "p_idle", "b_half")
+_LINK_FIELDS = ("link_bw", "link_latency", "link_energy")
+# Fields that must be strictly positive on real devices (the others must be >= 0).
+_POSITIVE = {"mem_bw", "mem_capacity", "link_bw"}
+
+
+def _host(platform: Platform) -> dict[str, np.ndarray]:
+    return {f: np.asarray(getattr(platform, f)) for f in platform.__dataclass_fields__}
+
+
+def validate(platform: Platform, name: str = "platform") -> Platform:
+    """Check every field on the host; raise `PlatformError` naming field, device and value."""
+    if not isinstance(platform, Platform):
+        raise PlatformError(f"{name}: expected a hetjax Platform, got {type(platform).__name__}")
+    a = _host(platform)
+    if a["mem_bw"].ndim < 1:
+        raise PlatformError(f"{name}.mem_bw: must have shape [D], got a scalar")
+    batch, d = a["mem_bw"].shape[:-1], a["mem_bw"].shape[-1]
+    shapes = {f: batch + (d,) for f in (*_VECTOR_FIELDS, "device_mask")}
+    shapes["peak"] = batch + (d, NUM_CLASSES)
+    shapes.update({f: batch + (d, d) for f in _LINK_FIELDS})
+    for f, shape in shapes.items():
+        if a[f].shape != shape:
+            raise PlatformError(f"{name}.{f}: expected shape {shape}, got {a[f].shape}")
+    for idx in np.ndindex(*batch):
+        _validate_one({k: v[idx] for k, v in a.items()}, name + (str(list(idx)) if idx else ""))
+    return platform
+
+
+def _validate_one(a: dict[str, np.ndarray], name: str) -> None:
+    real = a["device_mask"].astype(bool)
+    if not real[0]:
+        raise PlatformError(f"{name}.device_mask[0] = False: device 0 (the host) must be real")
+    for dev in np.flatnonzero(real):
+        for f in (*_VECTOR_FIELDS, "peak"):
+            for v in np.atleast_1d(a[f][dev]):
+                if not np.isfinite(v) or v < 0 or (f in _POSITIVE and v == 0):
+                    need = "> 0" if f in _POSITIVE else ">= 0"
+                    raise PlatformError(
+                        f"{name}.{f}[{dev}] = {a[f][dev]!r}: must be finite and {need}"
+                    )
+        if not (a["peak"][dev] > 0).any():
+            raise PlatformError(f"{name}.peak[{dev}] is all zero: a real device must run something")
+    if not (a["peak"][0] > 0).all():
+        c = int(np.flatnonzero(~(a["peak"][0] > 0))[0])
+        raise PlatformError(
+            f"{name}.peak[0, {c}] = {a['peak'][0, c]!r}: device 0 (the host) must support every "
+            "op class"
+        )
+    for f in _LINK_FIELDS:
+        for e in np.flatnonzero(real):
+            for d in np.flatnonzero(real):
+                if e == d:
+                    continue
+                v = a[f][e, d]
+                if not np.isfinite(v) or v < 0 or (f in _POSITIVE and v == 0):
+                    need = "> 0" if f in _POSITIVE else ">= 0"
+                    raise PlatformError(f"{name}.{f}[{e}, {d}] = {v!r}: must be finite and {need}")
+
+
+def pad(platform: Platform, d_max: int) -> Platform:
+    """Pad with unreal devices (mask False, neutral numbers) to `d_max` devices."""
+    d = platform.d_max
+    if d > d_max:
+        raise PlatformError(f"platform with {d} devices is larger than the padding d_max={d_max}")
+    a = _host(platform)
+    lead = a["mem_bw"].ndim - 1
+    fills = {"mem_bw": 1.0, "mem_capacity": 1.0, "link_bw": 1.0}
+
+    def widths(x, n_dev_axes):
+        return (
+            [(0, 0)] * lead
+            + [(0, d_max - d)] * n_dev_axes
+            + [(0, 0)] * (x.ndim - lead - n_dev_axes)
+        )
+
+    out = {}
+    for f, x in a.items():
+        n_dev_axes = 2 if f in _LINK_FIELDS else 1
+        out[f] = np.pad(x, widths(x, n_dev_axes), constant_values=fills.get(f, 0))
+    return Platform(**{k: jnp.asarray(v) for k, v in out.items()})
+
+
+def stack(platforms: Sequence[Platform]) -> Platform:
+    """Pad platforms to a common `d_max` and stack them along a new leading axis."""
+    if not platforms:
+        raise PlatformError("stack: got an empty list of platforms")
+    d = max(p.d_max for p in platforms)
+    return jax.tree.map(lambda *xs: jnp.stack(xs), *[pad(p, d) for p in platforms])
+
+
+def unstack(platform: Platform) -> list[Platform]:
+    """Split a stacked platform along its leading axis."""
+    return [jax.tree.map(lambda x, i=i: x[i], platform) for i in range(platform.mem_bw.shape[0])]
+
+
+def save(platform: Platform, path: str | os.PathLike, **meta) -> Path:
+    """Write a platform (and JSON-able metadata, e.g. device names) to JSON, atomically."""
+    path = Path(path)
+    doc = {"format": "hetjax.platform/1", "meta": meta}
+    doc["fields"] = {k: v.tolist() for k, v in _host(platform).items()}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    with os.fdopen(fd, "w") as fh:
+        json.dump(doc, fh, indent=1)
+    os.replace(tmp, path)
+    return path
+
+
+def load(path: str | os.PathLike) -> Platform:
+    """Read a platform written by `save` (validated)."""
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text())
+        fields = doc["fields"]
+        if doc.get("format") != "hetjax.platform/1":
+            raise KeyError("format")
+    except FileNotFoundError:
+        raise PlatformError(f"{path}: no such platform file") from None
+    except (json.JSONDecodeError, KeyError, TypeError) as err:
+        raise PlatformError(f"{path}: not a hetjax platform JSON file ({err})") from None
+    try:
+        return Platform.create(**fields)
+    except TypeError as err:
+        raise PlatformError(f"{path}: wrong fields ({err})") from None
+
+
+def load_meta(path: str | os.PathLike) -> dict:
+    """The metadata dict stored beside a platform by `save`."""
+    return json.loads(Path(path).read_text()).get("meta", {})
