@@ -75,23 +75,25 @@ class Metrics:
 
 
 class _Step(NamedTuple):
-    """Per-op scan input for a chunk of C plans."""
+    """Per-op scan input for a chunk of C plans (plans on the last axis)."""
 
-    i: jax.Array  # int32[]         op index
-    dev: jax.Array  # int32[C]      device the op runs on
-    dur: jax.Array  # f[C]          op duration, s
-    real: jax.Array  # bool[]       op is real
-    pred: jax.Array  # int32[P]     predecessor indices (clipped to >= 0)
-    active: jax.Array  # bool[P]    predecessor slot active
-    src: jax.Array  # int32[P, C]   device each predecessor ran on
-    cross: jax.Array  # bool[P, C]  producer ran on another device
-    xfer: jax.Array  # f[P, C]      transfer time if this slot triggers one, s
+    i: jax.Array  # int32[]            op index
+    on_dst: jax.Array  # bool[D, C]    one-hot of the device the op runs on
+    dur: jax.Array  # f[C]             op duration, s
+    real: jax.Array  # bool[]          op is real
+    pred: jax.Array  # int32[P]        predecessor indices (clipped to >= 0)
+    active: jax.Array  # bool[P]       predecessor slot active
+    on_link: jax.Array  # bool[P, L, C] one-hot of the link (src * D + dst) of each slot
+    cross: jax.Array  # bool[P, C]     producer ran on another device
+    trig: jax.Array  # bool[P, C]      this slot triggers the transfer (first use on its device)
+    reuse: jax.Array  # int32[P, C]    flat index (op * P + slot) of the triggering slot
+    xfer: jax.Array  # f[P, C]         transfer time if this slot triggers one, s
 
 
 def _device_terms(graph: LayerGraph, platform: Platform, placement, batch):
     """Schedule-independent quantities, vectorised over ops and plans (plans on the last axis).
 
-    placement int32[N, C], batch f[C] -> run device, duration, unplaceable mask (all [N, C]).
+    placement int32[N, C], batch f[C] -> run device, duration (s), unplaceable mask ([N, C]).
     """
     d_max = platform.d_max
     real = graph.op_mask[:, None]
@@ -109,96 +111,153 @@ def _device_terms(graph: LayerGraph, platform: Platform, placement, batch):
     return dev, dur, unplaceable
 
 
+def _transfer_plan(graph: LayerGraph, dev, d_max: int):
+    """Which predecessor slots trigger a transfer, and which slot each other one reuses.
+
+    A tensor crosses to a device once: the first slot (in consumer, then slot order) that needs
+    producer p on device d triggers the transfer. Slots are sorted by (producer, slot) once per
+    graph; within each producer's run, a running count per device finds the first use.
+    dev int32[N, C] -> first bool[N, P, C] (slot is the first use of its (producer, device)),
+    source int32[N, P, C] (flat index op * P + slot of that first use). Vectorised, no scan.
+    """
+    n, p_max = graph.n_max, graph.p_max
+    ns = n * p_max
+    pred = jnp.maximum(graph.preds, 0)
+    active = (graph.preds >= 0) & graph.op_mask[pred] & graph.op_mask[:, None]
+    pred, active = pred.reshape(ns), active.reshape(ns)
+    slot = jnp.arange(ns)
+    order = jnp.argsort(jnp.where(active, pred * ns + slot, ns * ns + slot))
+    inverse = jnp.argsort(order)
+    p_sorted, valid = pred[order], active[order]
+    pos = jnp.arange(ns)
+    starts = jnp.concatenate([jnp.ones((1,), bool), p_sorted[1:] != p_sorted[:-1]])
+    group_start = jax.lax.associative_scan(jnp.maximum, jnp.where(starts, pos, 0))  # [NS]
+    consumer = jnp.repeat(dev, p_max, axis=0)[order]  # [NS, C] device of each sorted slot
+    count = jnp.zeros(consumer.shape, jnp.int32)  # uses of (producer, own device) so far
+    first_pos = jnp.zeros(consumer.shape, jnp.int32)
+    for d in range(d_max):
+        ind = valid[:, None] & (consumer == d)
+        cs = jax.lax.associative_scan(jnp.add, ind.astype(jnp.int32), axis=0)
+        before_group = jnp.where(group_start[:, None] > 0, cs[jnp.maximum(group_start - 1, 0)], 0)
+        in_group = cs - before_group
+        # the latest "first use" seen; inside a group that has used device d it is this group's
+        latest_first = jax.lax.associative_scan(
+            jnp.maximum, jnp.where(ind & (in_group == 1), pos[:, None], -1), axis=0
+        )
+        mine = consumer == d
+        count = jnp.where(mine, in_group, count)
+        first_pos = jnp.where(mine, latest_first, first_pos)
+    first = (count == 1)[inverse].reshape(n, p_max, -1)
+    source = order[jnp.maximum(first_pos, 0)][inverse].reshape(n, p_max, -1)
+    return first, source
+
+
 def _simulate_chunk(graph: LayerGraph, platform: Platform, placement, batch):
-    """SPEC metrics for C plans of one graph on one platform. placement int32[N, C], batch f[C]."""
+    """SPEC metrics for C plans of one graph on one platform. placement int32[N, C], batch f[C].
+
+    Only the list schedule is sequential: durations, which slots trigger transfers, transfer
+    times, link occupancy and memory are computed for all ops at once. The scan carries one
+    history buffer (per op: finish time, then the arrival time of each slot's transfer) plus
+    device and link free times. Each step reads the history, writes its own row once, and reads
+    that row back for the small carries: with every other use of the old buffer gone, XLA
+    updates it in place (otherwise it copies the whole buffer every step).
+    """
     n, p_max, d_max = graph.n_max, graph.p_max, platform.d_max
     c = placement.shape[-1]
+    width = 1 + p_max  # history row: finish, arrival of slot 0..P-1
     dtype = jnp.result_type(graph.flops.dtype, platform.peak.dtype, batch.dtype)
     batch = batch.astype(dtype)
     dev, dur, unplaceable = _device_terms(graph, platform, placement, batch)
     dur = dur.astype(dtype)
 
-    preds = graph.preds
-    pred = jnp.maximum(preds, 0)  # [N, P]
-    active = (preds >= 0) & graph.op_mask[pred]  # [N, P]
+    pred = jnp.maximum(graph.preds, 0)  # [N, P]
+    active = (graph.preds >= 0) & graph.op_mask[pred]  # [N, P]
     src = dev[pred]  # [N, P, C]   device each predecessor ran on
     dst = dev[:, None, :]  # [N, 1, C]
     cross = active[..., None] & graph.op_mask[:, None, None] & (src != dst)
     sent = batch * graph.out_bytes[pred][..., None]  # [N, P, C] bytes if a transfer happens
     xfer = platform.link_latency[src, dst] + sent / platform.link_bw[src, dst]
     xfer = jnp.where(cross, xfer, 0.0).astype(dtype)
-
+    first, source = _transfer_plan(graph, dev, d_max)
+    trig = cross & first
+    # history row of the arrival a reusing slot reads: op * width + 1 + slot
+    reuse = (source // p_max) * width + 1 + source % p_max
     devs = jnp.arange(d_max)
+    on_dst = devs[None, :, None] == dev[:, None, :]  # [N, D, C]
+    link = src * d_max + dst  # [N, P, C]
+    on_link = jnp.arange(d_max * d_max)[None, None, :, None] == link[:, :, None, :]
 
     def step(carry, s: _Step):
-        finish, arrival, dev_free, link_free = carry
-        on_dst = devs[:, None] == s.dev[None, :]  # [D, C]
+        hist, dev_free, link_free = carry
+        # -- reads: everything below up to the write depends only on the old state
+        f_p = [hist[s.pred[k] * width] for k in range(p_max)]
         ready = jnp.zeros((c,), dtype)
-        triggered = []
-        for k in range(p_max):  # slot order matters: a slot may reuse an earlier slot's transfer
-            p = s.pred[k]
-            f_p = finish[p]  # [C]
-            arr_p = arrival[p]  # [D, C], < 0 = not yet sent to that device
-            arr_d = jnp.sum(jnp.where(on_dst, arr_p, 0.0), axis=0)
-            known = arr_d >= 0
-            on_link = (devs[:, None, None] == s.src[k][None, None, :]) & on_dst[None, :, :]
-            lf = jnp.sum(jnp.where(on_link, link_free, 0.0), axis=(0, 1))
-            trig = s.cross[k] & ~known
-            sent_at = jnp.maximum(f_p, lf) + s.xfer[k]
-            a = jnp.where(s.cross[k], jnp.where(known, arr_d, sent_at), f_p)
-            ready = jnp.maximum(ready, jnp.where(s.active[k], a, 0.0))
-            link_free = jnp.where(on_link & trig, sent_at, link_free)
-            arrival = arrival.at[p].set(jnp.where(on_dst & trig, sent_at, arr_p))
-            triggered.append(trig)
-        start = jnp.maximum(jnp.sum(jnp.where(on_dst, dev_free, 0.0), axis=0), ready)
+        arrivals = []
+        lf_local = link_free
+        for k in range(p_max):
+            earlier = jnp.take_along_axis(hist, s.reuse[k][None], axis=0)[0]
+            for j in range(k):  # the triggering slot may be an earlier slot of this op
+                earlier = jnp.where(s.reuse[k] == s.i * width + 1 + j, arrivals[j], earlier)
+            lf = jnp.sum(jnp.where(s.on_link[k], lf_local, 0.0), axis=0)
+            sent_at = jnp.maximum(f_p[k], lf) + s.xfer[k]
+            arr = jnp.where(s.trig[k], sent_at, jnp.where(s.cross[k], earlier, f_p[k]))
+            lf_local = jnp.where(s.on_link[k] & s.trig[k], sent_at, lf_local)
+            ready = jnp.maximum(ready, jnp.where(s.active[k], arr, 0.0))
+            arrivals.append(arr)
+        start = jnp.maximum(jnp.sum(jnp.where(s.on_dst, dev_free, 0.0), axis=0), ready)
         fin = start + s.dur
-        dev_free = jnp.where(on_dst & s.real, fin, dev_free)
-        finish = finish.at[s.i].set(fin)
-        return (finish, arrival, dev_free, link_free), (fin, jnp.stack(triggered))
+        # -- one write, then read the row back for the small carries
+        row = jnp.stack([fin, *arrivals])  # [1 + P, C]
+        hist = jax.lax.dynamic_update_slice_in_dim(hist, row, s.i * width, axis=0)
+        row = jax.lax.dynamic_slice_in_dim(hist, s.i * width, width, axis=0)
+        dev_free = jnp.where(s.on_dst & s.real, row[0], dev_free)
+        for k in range(p_max):
+            link_free = jnp.where(s.on_link[k] & s.trig[k], row[1 + k], link_free)
+        return (hist, dev_free, link_free), None
 
     init = (
-        jnp.zeros((n, c), dtype),
-        jnp.full((n, d_max, c), -1.0, dtype),
+        jnp.zeros((n * width, c), dtype),
         jnp.zeros((d_max, c), dtype),
-        jnp.zeros((d_max, d_max, c), dtype),
+        jnp.zeros((d_max * d_max, c), dtype),
     )
     xs = _Step(
         i=jnp.arange(n),
-        dev=dev,
+        on_dst=on_dst,
         dur=dur,
         real=graph.op_mask,
         pred=pred,
         active=active,
-        src=src,
+        on_link=on_link,
         cross=cross,
+        trig=trig,
+        reuse=reuse,
         xfer=xfer,
     )
-    _, (finish, trig) = jax.lax.scan(step, init, xs)  # finish [N, C], trig [N, P, C]
-    return _metrics(graph, platform, batch, dev, dur, unplaceable, finish, trig, xfer, sent)
+    (hist, _, _), _ = jax.lax.scan(step, init, xs)
+    finish = hist.reshape(n, width, c)[:, 0]
+    charged = jnp.where(trig, xfer, 0.0)  # [N, P, C] transfer time charged to each slot
+    link_busy = jnp.sum(jnp.where(on_link, charged[:, :, None], 0.0), axis=(0, 1))
+    moved = jnp.sum(jnp.where(on_link & trig[:, :, None], sent[:, :, None], 0.0), axis=(0, 1))
+    return _metrics(
+        graph, platform, batch, on_dst, dur, unplaceable, finish, charged.sum(axis=1),
+        link_busy.reshape(d_max, d_max, c), moved.reshape(d_max, d_max, c),
+    )  # fmt: skip
 
 
-def _metrics(graph, platform, batch, dev, dur, unplaceable, finish, trig, xfer, sent):
-    """Reduce a simulated schedule to `Metrics` with a trailing plan axis C on every field."""
+def _metrics(graph, platform, batch, on, dur, unplaceable, finish, charged, link_busy, moved):
+    """Reduce a simulated schedule to `Metrics` with a trailing plan axis C on every field.
+
+    on bool[N, D, C] (op runs on device), dur/finish/charged f[N, C] (charged = transfer time
+    the op triggered), link_busy/moved f[D, D, C].
+    """
     d_max, m_max = platform.d_max, graph.m_max
-    devs = jnp.arange(d_max)
     real = graph.op_mask[:, None]
-    on = devs[None, :, None] == dev[:, None, :]  # [N, D, C]
     latency = jnp.max(jnp.where(real, finish, 0.0), axis=0, initial=0.0)
     busy = jnp.sum(jnp.where(on, dur[:, None, :], 0.0), axis=0)  # [D, C]
 
-    pred = jnp.maximum(graph.preds, 0)
-    src = dev[pred]  # [N, P, C]
-    charged = jnp.where(trig, xfer, 0.0)  # [N, P, C]
-    link_onehot = (devs[:, None, None, None, None] == src[None, None]) & (
-        devs[None, :, None, None, None] == dev[None, None, :, None, :]
-    )  # [D, D, N, P, C]
-    link_busy = jnp.sum(jnp.where(link_onehot, charged, 0.0), axis=(2, 3))
-    moved = jnp.sum(jnp.where(link_onehot & trig, sent, 0.0), axis=(2, 3))
-
     # Block times: cumulative sum over ops, read at each block's last real op (blocks are
     # contiguous runs in op order, so a difference of two prefix sums is one block's total).
-    per_op = dur + jnp.sum(charged, axis=1)  # [N, C]
-    prefix = jnp.cumsum(per_op, axis=0)
+    prefix = jnp.cumsum(dur + charged, axis=0)  # [N, C]
     idx = jnp.arange(graph.n_max)
     last = jax.ops.segment_max(
         jnp.where(graph.op_mask, idx, -1), graph.block, num_segments=m_max
@@ -219,8 +278,9 @@ def _metrics(graph, platform, batch, dev, dur, unplaceable, finish, trig, xfer, 
     throughput = jnp.where(bottleneck > 0, batch / jnp.where(bottleneck > 0, bottleneck, 1.0), 0.0)
 
     dmask = platform.device_mask[:, None]
-    params = jnp.sum(jnp.where(on & real[:, None], graph.param_bytes[:, None, None], 0.0), axis=0)
-    act = jnp.max(jnp.where(on & real[:, None], graph.act_bytes[:, None, None], 0.0), axis=0)
+    on_real = on & real[:, None]
+    params = jnp.sum(jnp.where(on_real, graph.param_bytes[:, None, None], 0.0), axis=0)
+    act = jnp.max(jnp.where(on_real, graph.act_bytes[:, None, None], 0.0), axis=0)
     mem_used = params + batch * act  # [D, C]
     fits = jnp.all(~dmask | (mem_used <= platform.mem_capacity[:, None]), axis=0)
     n_unplaceable = jnp.sum(unplaceable, axis=0).astype(jnp.int32)
