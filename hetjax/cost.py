@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from hetjax.errors import PlanError
 from hetjax.graphs.core import LayerGraph
 from hetjax.hardware.core import Platform
 
@@ -344,9 +345,15 @@ def evaluate(
     platform, simulated together in chunks of `chunk` plans); the result then has the same
     leading axes. Differentiable w.r.t. the platform's float fields.
     """
-    lead = plan.batch.shape
-    placement = jnp.asarray(plan.placement, jnp.int32).reshape((-1, graph.n_max))
-    batch = jnp.asarray(plan.batch).reshape(-1)
+    placement = jnp.asarray(plan.placement, jnp.int32)
+    lead = placement.shape[:-1]
+    if placement.shape[-1] != graph.n_max:
+        raise PlanError(
+            f"plan.placement has {placement.shape[-1]} entries per plan; the graph has "
+            f"n_max={graph.n_max} ops (use Plan.from_blocks for a block-level placement)"
+        )
+    placement = placement.reshape((-1, graph.n_max))
+    batch = jnp.broadcast_to(jnp.asarray(plan.batch), lead).reshape(-1)
     if not jnp.issubdtype(batch.dtype, jnp.floating):
         batch = batch.astype(jnp.float32)
     out = _evaluate_flat(graph, platform, placement, batch, chunk)

@@ -1,0 +1,53 @@
+"""Shared helpers for the benchmark scripts: timing, machine facts, atomic JSON output."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import jax
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def timeit(fn, *, repeats: int = 5, min_time: float = 0.2) -> float:
+    """Median wall time (s) of fn() (which must block until its result is ready)."""
+    times = []
+    for _ in range(repeats):
+        n, t0 = 0, time.perf_counter()
+        while True:
+            fn()
+            n += 1
+            elapsed = time.perf_counter() - t0
+            if elapsed >= min_time:
+                break
+        times.append(elapsed / n)
+    return statistics.median(times)
+
+
+def machine() -> dict:
+    """Facts that make a number reproducible: device, cores, versions."""
+    return {
+        "jax_backend": jax.default_backend(),
+        "device": str(jax.devices()[0]),
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "jax": jax.__version__,
+        "load_avg_1min": os.getloadavg()[0],
+    }
+
+
+def write_json(name: str, doc: dict) -> Path:
+    """Write benchmarks/results/<name>.json atomically."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    fd, tmp = tempfile.mkstemp(dir=RESULTS, suffix=".tmp")
+    with os.fdopen(fd, "w") as fh:
+        json.dump(doc, fh, indent=1)
+    os.replace(tmp, path)
+    return path
