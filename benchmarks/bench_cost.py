@@ -22,8 +22,9 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import hetjax as hj  # noqa: E402
 from common import machine, timeit, write_json  # noqa: E402
+
+import hetjax as hj  # noqa: E402
 from hetjax.reference import evaluate_reference  # noqa: E402
 
 
@@ -64,7 +65,9 @@ def main(argv=None) -> dict:
             jax.block_until_ready(fn(graph, platform, plans))
             compile_s = time.perf_counter() - t0
             sec = timeit(
-                lambda plans=plans: jax.block_until_ready(fn(graph, platform, plans)),
+                lambda fn=fn, graph=graph, plans=plans: jax.block_until_ready(
+                    fn(graph, platform, plans)
+                ),
                 repeats=3 if args.quick else 5,
                 min_time=0.05 if args.quick else 0.3,
             )
