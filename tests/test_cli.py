@@ -1,0 +1,70 @@
+"""The `hetjax` command line: tables, JSON, and one-line errors with exit code 2."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from hetjax import cli
+
+
+def run(*args):
+    """The installed entry point in a fresh interpreter."""
+    return subprocess.run(
+        [sys.executable, "-c", "from hetjax.cli import main; main()", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def run_inprocess(monkeypatch, capsys, *args):
+    """cli.main() in this process: (exit code, printed text)."""
+    monkeypatch.setattr(sys, "argv", ["hetjax", *args])
+    with pytest.raises(SystemExit) as exc:
+        cli.main()
+    return exc.value.code, capsys.readouterr().out
+
+
+def test_evaluate_json_matches_python_api():
+    import hetjax as hj
+
+    r = run("evaluate", "--model", "bert-tiny", "--platform", "edge", "--placement",
+            "by-class", "--batch", "4", "--json")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    g = hj.graphs.transformer("bert-tiny")
+    p = hj.hardware.preset("edge")
+    m = hj.evaluate(g, p, hj.Plan.create(cli.named_placement("by-class", g, p), 4.0))
+    assert doc["metrics"]["latency"] == pytest.approx(float(m.latency), rel=1e-6)
+    assert doc["metrics"]["feasible"] is True
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["evaluate", "--model", "bert-huge"], "unknown model 'bert-huge'"),
+        (["evaluate", "--platform", "moon"], "unknown platform 'moon'"),
+        (["evaluate", "--placement", "all-7", "--model", "bert-tiny"], "placement 'all-7'"),
+        (["evaluate", "--batch", "0", "--model", "bert-tiny"], "--batch 0"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(monkeypatch, capsys, args, needle):
+    code, out = run_inprocess(monkeypatch, capsys, *args)
+    assert code == 2
+    assert needle in out.replace("\n", " ")
+    assert "Traceback" not in out
+
+
+def test_named_placements():
+    import numpy as np
+
+    import hetjax as hj
+
+    g = hj.graphs.transformer("bert-tiny")
+    p = hj.hardware.preset("edge")
+    by_class = np.asarray(cli.named_placement("by-class", g, p))
+    heavy = np.isin(np.asarray(g.op_class), (hj.graphs.MATMUL, hj.graphs.ATTN))
+    assert (by_class[heavy] == 1).all() and (by_class[~heavy] == 0).all()
+    assert (np.asarray(cli.named_placement("all-1", g, p)) == 1).all()
