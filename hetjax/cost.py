@@ -117,39 +117,35 @@ def _transfer_plan(graph: LayerGraph, dev, d_max: int):
 
     A tensor crosses to a device once: the first slot (in consumer, then slot order) that needs
     producer p on device d triggers the transfer. Slots are sorted by (producer, slot) once per
-    graph; within each producer's run, a running count per device finds the first use.
-    dev int32[N, C] -> first bool[N, P, C] (slot is the first use of its (producer, device)),
-    source int32[N, P, C] (flat index op * P + slot of that first use). Vectorised, no scan.
+    graph; a short scan over the sorted slots keeps, per device, the first slot of the current
+    producer's run that used it. dev int32[N, C] -> first bool[N, P, C] (slot is the first use
+    of its (producer, device)), source int32[N, P, C] (flat index op * P + slot of that use).
     """
     n, p_max = graph.n_max, graph.p_max
     ns = n * p_max
+    c = dev.shape[-1]
     pred = jnp.maximum(graph.preds, 0)
     active = (graph.preds >= 0) & graph.op_mask[pred] & graph.op_mask[:, None]
     pred, active = pred.reshape(ns), active.reshape(ns)
     slot = jnp.arange(ns)
     order = jnp.argsort(jnp.where(active, pred * ns + slot, ns * ns + slot))
     inverse = jnp.argsort(order)
-    p_sorted, valid = pred[order], active[order]
-    pos = jnp.arange(ns)
+    p_sorted = pred[order]
     starts = jnp.concatenate([jnp.ones((1,), bool), p_sorted[1:] != p_sorted[:-1]])
-    group_start = jax.lax.associative_scan(jnp.maximum, jnp.where(starts, pos, 0))  # [NS]
     consumer = jnp.repeat(dev, p_max, axis=0)[order]  # [NS, C] device of each sorted slot
-    count = jnp.zeros(consumer.shape, jnp.int32)  # uses of (producer, own device) so far
-    first_pos = jnp.zeros(consumer.shape, jnp.int32)
-    for d in range(d_max):
-        ind = valid[:, None] & (consumer == d)
-        cs = jax.lax.associative_scan(jnp.add, ind.astype(jnp.int32), axis=0)
-        before_group = jnp.where(group_start[:, None] > 0, cs[jnp.maximum(group_start - 1, 0)], 0)
-        in_group = cs - before_group
-        # the latest "first use" seen; inside a group that has used device d it is this group's
-        latest_first = jax.lax.associative_scan(
-            jnp.maximum, jnp.where(ind & (in_group == 1), pos[:, None], -1), axis=0
-        )
-        mine = consumer == d
-        count = jnp.where(mine, in_group, count)
-        first_pos = jnp.where(mine, latest_first, first_pos)
-    first = (count == 1)[inverse].reshape(n, p_max, -1)
-    source = order[jnp.maximum(first_pos, 0)][inverse].reshape(n, p_max, -1)
+    on = jnp.arange(d_max)[:, None] == consumer[:, None, :]  # [NS, D, C]
+
+    def visit(first_use, xs):  # first_use int32[D, C]: first slot of this run per device, -1
+        start, slot_id, here = xs
+        first_use = jnp.where(start, -1, first_use)
+        first_use = jnp.where(here & (first_use < 0), slot_id, first_use)
+        return first_use, jnp.sum(jnp.where(here, first_use, 0), axis=0)
+
+    _, first_slot = jax.lax.scan(
+        visit, jnp.full((d_max, c), -1, jnp.int32), (starts, order.astype(jnp.int32), on)
+    )
+    source = first_slot[inverse].reshape(n, p_max, c)  # [N, P, C] flat slot of the first use
+    first = source == jnp.arange(ns, dtype=jnp.int32).reshape(n, p_max, 1)
     return first, source
 
 
@@ -208,7 +204,8 @@ def _simulate_chunk(graph: LayerGraph, platform: Platform, placement, batch):
         start = jnp.maximum(jnp.sum(jnp.where(s.on_dst, dev_free, 0.0), axis=0), ready)
         fin = start + s.dur
         # -- one write, then read the row back for the small carries
-        row = jnp.stack([fin, *arrivals])  # [1 + P, C]
+        # materialise the row first: a DUS fused with its producer loops over the whole buffer
+        row = jax.lax.optimization_barrier(jnp.stack([fin, *arrivals]))  # [1 + P, C]
         hist = jax.lax.dynamic_update_slice_in_dim(hist, row, s.i * width, axis=0)
         row = jax.lax.dynamic_slice_in_dim(hist, s.i * width, width, axis=0)
         dev_free = jnp.where(s.on_dst & s.real, row[0], dev_free)
