@@ -1,0 +1,224 @@
+"""An independent float64 reference of the SPEC v1 cost model, in plain Python loops.
+
+Written from SPEC.md alone (not from `hetjax.cost`), so that tests can check `hj.evaluate`
+against a second reading of the specification. It is slow (one Python step per op and
+predecessor slot) and meant for tests and debugging only, never for a hot path.
+
+Degenerate cases the SPEC leaves open, resolved as `hetjax.cost` resolves them:
+
+- a graph with no real op has latency 0;
+- throughput is 0 when the bottleneck max(max_d busy[d], max_(e,d) link_busy[e,d]) is 0;
+- transfer_share is 0 when the simulated latency is 0;
+- an unplaceable op still counts toward `busy` and `mem_used` of the device it was run on
+  (its own device if that is real and in range, else device 0), with t_comp = 0;
+- layer_time_std is the population standard deviation over real blocks (0 if there are none).
+
+`score_reference` guards its ratios the same way (documented on the function).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from hetjax.cost import DEFAULT_WEIGHTS, Metrics
+from hetjax.graphs.core import LayerGraph
+from hetjax.hardware.core import Platform
+
+__all__ = ["evaluate_reference", "score_reference", "METRIC_FIELDS"]
+
+METRIC_FIELDS = (
+    "latency",
+    "throughput",
+    "energy",
+    "busy",
+    "link_busy",
+    "moved",
+    "block_time",
+    "layer_time_std",
+    "transfer_share",
+    "mem_used",
+    "feasible",
+    "unplaceable",
+)
+
+
+def _f64(x) -> np.ndarray:
+    return np.asarray(x, np.float64)
+
+
+def evaluate_reference(graph: LayerGraph, platform: Platform, placement, batch) -> dict:
+    """SPEC v1 metrics of one plan, in float64, as a dict keyed like `hj.Metrics`.
+
+    `graph` and `platform` are single (unbatched); `placement` is int[N] (device per op, or a
+    `hj.Plan`, whose batch is then used if `batch` is None) and `batch` the samples per batch.
+    Units: s, samples/s, J, bytes. Arrays are numpy (float64, bool, int).
+    """
+    if hasattr(placement, "placement") and hasattr(placement, "batch"):
+        batch = placement.batch if batch is None else batch
+        placement = placement.placement
+    op_class = np.asarray(graph.op_class).astype(int)
+    block = np.asarray(graph.block).astype(int)
+    block_mask = np.asarray(graph.block_mask).astype(bool)
+    flops = _f64(graph.flops)
+    act = _f64(graph.act_bytes)
+    params = _f64(graph.param_bytes)
+    out = _f64(graph.out_bytes)
+    preds = np.asarray(graph.preds).astype(int)
+    op_real = np.asarray(graph.op_mask).astype(bool)
+    if op_class.ndim != 1:
+        raise ValueError("evaluate_reference takes a single (unbatched) graph")
+
+    peak = _f64(platform.peak)
+    mem_bw = _f64(platform.mem_bw)
+    launch = _f64(platform.launch)
+    capacity = _f64(platform.mem_capacity)
+    p_busy = _f64(platform.p_busy)
+    p_idle = _f64(platform.p_idle)
+    b_half = _f64(platform.b_half)
+    link_bw = _f64(platform.link_bw)
+    link_lat = _f64(platform.link_latency)
+    link_en = _f64(platform.link_energy)
+    dev_real = np.asarray(platform.device_mask).astype(bool)
+    if mem_bw.ndim != 1:
+        raise ValueError("evaluate_reference takes a single (unbatched) platform")
+
+    placement = np.asarray(placement).astype(int)
+    b = float(np.asarray(batch, np.float64))
+    n, m, p_slots, n_dev = op_class.shape[0], block_mask.shape[0], preds.shape[1], mem_bw.shape[0]
+
+    # Device each real op runs on, its unplaceability and its duration.
+    run_dev = [0] * n
+    unplaceable = [False] * n
+    dur = [0.0] * n
+    for i in range(n):
+        if not op_real[i]:
+            continue
+        d, c = int(placement[i]), int(op_class[i])
+        if d < 0 or d >= n_dev or not dev_real[d]:
+            unplaceable[i], d = True, 0
+        elif peak[d, c] == 0.0:
+            unplaceable[i] = True
+        run_dev[i] = d
+        t_comp = 0.0 if unplaceable[i] else flops[i] * (b + b_half[d]) / peak[d, c]
+        t_mem = (params[i] + b * act[i]) / mem_bw[d]
+        dur[i] = launch[d] + max(t_comp, t_mem)
+
+    # The list schedule, op by op in index order.
+    finish = [0.0] * n
+    dev_free = [0.0] * n_dev
+    link_free = [[0.0] * n_dev for _ in range(n_dev)]
+    link_busy = [[0.0] * n_dev for _ in range(n_dev)]
+    moved = [[0.0] * n_dev for _ in range(n_dev)]
+    xfer_time = [0.0] * m
+    arrival: dict[tuple[int, int], float] = {}
+    for i in range(n):
+        if not op_real[i]:
+            continue
+        d = run_dev[i]
+        ready = 0.0
+        for k in range(p_slots):
+            p = int(preds[i, k])
+            if p < 0 or not op_real[p]:
+                continue
+            e = run_dev[p]
+            if e == d:
+                a = finish[p]
+            elif (p, d) in arrival:
+                a = arrival[(p, d)]
+            else:
+                s = max(finish[p], link_free[e][d])
+                x = link_lat[e, d] + b * out[p] / link_bw[e, d]
+                a = s + x
+                link_free[e][d] = a
+                arrival[(p, d)] = a
+                link_busy[e][d] += x
+                moved[e][d] += b * out[p]
+                xfer_time[block[i]] += x
+            ready = max(ready, a)
+        start = max(dev_free[d], ready)
+        finish[i] = start + dur[i]
+        dev_free[d] = finish[i]
+
+    real_ops = [i for i in range(n) if op_real[i]]
+    latency = max((finish[i] for i in real_ops), default=0.0)
+
+    busy = [0.0] * n_dev
+    mem_params = [0.0] * n_dev
+    max_act: list[float | None] = [None] * n_dev
+    block_time = [0.0] * m
+    for i in real_ops:
+        d = run_dev[i]
+        busy[d] += dur[i]
+        mem_params[d] += params[i]
+        max_act[d] = act[i] if max_act[d] is None else max(max_act[d], act[i])
+        block_time[block[i]] += dur[i]
+    for j in range(m):
+        block_time[j] = block_time[j] + xfer_time[j] if block_mask[j] else 0.0
+    mem_used = [0.0 if max_act[d] is None else mem_params[d] + b * max_act[d] for d in range(n_dev)]
+
+    bottleneck = max(max(busy), max(max(row) for row in link_busy))
+    throughput = b / bottleneck if bottleneck > 0 else 0.0
+
+    energy = 0.0
+    for d in range(n_dev):
+        if dev_real[d]:
+            energy += p_busy[d] * busy[d] + p_idle[d] * (latency - busy[d])
+    for e in range(n_dev):
+        for d in range(n_dev):
+            if e != d and dev_real[e] and dev_real[d]:
+                energy += link_en[e, d] * moved[e][d]
+
+    real_blocks = [block_time[j] for j in range(m) if block_mask[j]]
+    if real_blocks:
+        mean = sum(real_blocks) / len(real_blocks)
+        std = math.sqrt(sum((t - mean) ** 2 for t in real_blocks) / len(real_blocks))
+    else:
+        std = 0.0
+    total_link = sum(sum(row) for row in link_busy)
+    transfer_share = total_link / latency if latency > 0 else 0.0
+
+    n_unplaceable = sum(unplaceable)
+    fits = all(mem_used[d] <= capacity[d] for d in range(n_dev) if dev_real[d])
+    feasible = n_unplaceable == 0 and fits
+    if not feasible:
+        latency, energy, throughput = math.inf, math.inf, 0.0
+
+    return {
+        "latency": latency,
+        "throughput": throughput,
+        "energy": energy,
+        "busy": np.array(busy),
+        "link_busy": np.array(link_busy),
+        "moved": np.array(moved),
+        "block_time": np.array(block_time),
+        "layer_time_std": std,
+        "transfer_share": transfer_share,
+        "mem_used": np.array(mem_used),
+        "feasible": bool(feasible),
+        "unplaceable": int(n_unplaceable),
+    }
+
+
+def _get(m, field):
+    return float(m[field] if isinstance(m, dict) else getattr(m, field))
+
+
+def score_reference(m: dict | Metrics, ref: dict | Metrics, weights=DEFAULT_WEIGHTS) -> float:
+    """SPEC objective alpha*T_ref/T + beta*X/X_ref - gamma*E/E_ref (unitless); -inf if infeasible.
+
+    `m` and `ref` are metrics of the plan and of the reference plan (dicts from
+    `evaluate_reference` or `hj.Metrics`). Degenerate guards: T = 0 makes the latency ratio 1;
+    X_ref = 0 or E_ref = 0 divides by 1 instead.
+    """
+    alpha, beta, gamma = (float(w) for w in weights)
+    feasible = bool(m["feasible"] if isinstance(m, dict) else np.asarray(m.feasible))
+    if not feasible:
+        return -math.inf
+    t, x, e = _get(m, "latency"), _get(m, "throughput"), _get(m, "energy")
+    t_ref, x_ref, e_ref = _get(ref, "latency"), _get(ref, "throughput"), _get(ref, "energy")
+    t_term = t_ref / t if t > 0 else 1.0
+    x_ref = x_ref if x_ref > 0 else 1.0
+    e_ref = e_ref if e_ref > 0 else 1.0
+    return alpha * t_term + beta * x / x_ref - gamma * e / e_ref

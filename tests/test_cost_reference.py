@@ -1,0 +1,281 @@
+"""`hj.evaluate` agrees with the independent float64 reference (hetjax.reference) on SPEC v1."""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import strategies as hst
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+import hetjax as hj
+from hetjax.reference import METRIC_FIELDS, evaluate_reference, score_reference
+
+SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=False)
+
+_evaluate = jax.jit(hj.evaluate, static_argnames=("chunk",))
+
+
+def _magnitude(x) -> float:
+    """Largest finite |value| of a field (0 if none)."""
+    x = np.abs(np.asarray(x, np.float64))
+    x = x[np.isfinite(x)]
+    return float(x.max()) if x.size else 0.0
+
+
+def assert_agree(metrics, ref: dict, ref_plan: dict, tol: float, what: str = "") -> None:
+    """SPEC agreement: |a - r| <= tol * max(|r|, |field| on the reference plan), infinities
+    equal, `feasible` (and the unplaceable count) equal. One widening: layer_time_std's scale
+    also includes the largest block time (see below)."""
+    for f in METRIC_FIELDS:
+        a = np.asarray(getattr(metrics, f))
+        r = np.asarray(ref[f])
+        assert a.shape == r.shape, (what, f, a.shape, r.shape)
+        if f in ("feasible", "unplaceable"):
+            assert np.array_equal(a, r), (what, f, a, r)
+            continue
+        a = a.astype(np.float64)
+        assert np.array_equal(np.isposinf(a), np.isposinf(r)), (what, f, a, r)
+        assert not np.isnan(a).any(), (what, f, a)
+        fin = np.isfinite(r)
+        scale = np.maximum(np.abs(r[fin]), _magnitude(ref_plan[f]))
+        if f == "layer_time_std":
+            # A std of nearly equal block times is a difference of nearly equal numbers: its
+            # rounding error scales with the block times, not with the std (which may be 0).
+            scale = np.maximum(scale, _magnitude(ref["block_time"]))
+        err = np.abs(a[fin] - r[fin])
+        assert (err <= tol * scale).all(), (what, f, a, r, tol)
+
+
+def _reference_plan_metrics(g, p) -> dict:
+    return evaluate_reference(g, p, np.zeros(g.n_max, np.int32), 1.0)
+
+
+def _no_memory_tie(g, p, r) -> bool:
+    """False when a memory check sits within rounding of its capacity (a float tie)."""
+    cap = np.asarray(p.mem_capacity, np.float64)
+    real = np.asarray(p.device_mask)
+    close = np.abs(r["mem_used"] - cap) <= 1e-4 * cap
+    return not (close & real).any()
+
+
+def _check_case(g, p, placement, batch, tol, evaluate=_evaluate):
+    plan = hj.Plan.create(placement, batch)
+    r = evaluate_reference(g, p, plan.placement, plan.batch)
+    assume(_no_memory_tie(g, p, r))
+    m = evaluate(g, p, plan)
+    ref_plan = _reference_plan_metrics(g, p)
+    assert_agree(m, r, ref_plan, tol, "float32")
+    return m, r
+
+
+@settings(max_examples=60, **SETTINGS)
+@given(hst.cases())
+def test_evaluate_agrees_with_reference_f32(case):
+    g, p, placement, batch = case
+    _check_case(g, p, placement, batch, 1e-4)
+
+
+@pytest.mark.slow
+@settings(max_examples=600, **SETTINGS)
+@given(hst.cases())
+def test_evaluate_agrees_with_reference_f32_many(case):
+    g, p, placement, batch = case
+    _check_case(g, p, placement, batch, 1e-4)
+
+
+def _to_f64(tree):
+    return jax.tree.map(
+        lambda x: jnp.asarray(x, jnp.float64) if jnp.issubdtype(x.dtype, jnp.floating) else x,
+        tree,
+    )
+
+
+@settings(max_examples=40, **SETTINGS)
+@given(hst.cases())
+def test_evaluate_agrees_with_reference_f64(case):
+    g, p, placement, batch = case
+    with jax.enable_x64(True):
+        g64, p64 = _to_f64(g), _to_f64(p)
+        plan = hj.Plan(
+            placement=jnp.asarray(placement, jnp.int32), batch=jnp.asarray(batch, jnp.float64)
+        )
+        assert plan.batch.dtype == jnp.float64 and g64.flops.dtype == jnp.float64
+        r = evaluate_reference(g64, p64, placement, batch)
+        assume(_no_memory_tie(g64, p64, r))
+        m = _evaluate(g64, p64, plan)
+        assert m.energy.dtype == jnp.float64 and m.busy.dtype == jnp.float64
+        assert_agree(m, r, _reference_plan_metrics(g64, p64), 1e-5, "float64")
+
+
+@settings(max_examples=25, **SETTINGS)
+@given(
+    hst.graphs(),
+    hst.platforms(),
+    st.lists(hst.placements(), min_size=10, max_size=10),
+    st.lists(hst.batches(), min_size=10, max_size=10),
+)
+def test_batched_plans_equal_per_plan(g, p, placements, batches):
+    plans = hj.Plan.create(np.stack(placements), np.array(batches))
+    batched = _evaluate(g, p, plans, chunk=4)  # 10 plans in 3 chunks of 4 (last one padded)
+    assert batched.latency.shape == (10,) and batched.busy.shape == (10, hst.D_MAX)
+    for k in range(10):
+        one = _evaluate(g, p, hj.Plan.create(placements[k], batches[k]))
+        for f in METRIC_FIELDS:
+            a, b = np.asarray(getattr(batched, f)[k]), np.asarray(getattr(one, f))
+            np.testing.assert_allclose(a, b, rtol=1e-6, atol=0, err_msg=f)
+        r = evaluate_reference(g, p, placements[k], np.float32(batches[k]))
+        if _no_memory_tie(g, p, r):
+            m_k = jax.tree.map(lambda x, k=k: x[k], batched)
+            assert_agree(m_k, r, _reference_plan_metrics(g, p), 1e-4, f"plan {k}")
+
+
+@settings(max_examples=30, **SETTINGS)
+@given(hst.cases())
+def test_score_agrees_with_reference(case):
+    g, p, placement, batch = case
+    m, r = _check_case(g, p, placement, batch, 1e-4)
+    ref_m = _evaluate(g, p, hj.reference_plan(g))
+    ref_r = _reference_plan_metrics(g, p)
+    s, s_r = float(hj.score(m, ref_m)), score_reference(r, ref_r)
+    if math.isinf(s_r):
+        assert s == s_r
+    else:
+        assert abs(s - s_r) <= 1e-4 * max(1.0, abs(s_r))
+
+
+# --- hand-computed cases -------------------------------------------------------------------
+
+
+def _platform(n_dev=2, peak=(1e9, 2e9), link_bw=1e6, link_latency=1e-3, **kw):
+    """Round-number platform: launch 0, b_half 0, mem_bw 1e9, all classes supported."""
+    fields = dict(
+        peak=[[pk] * 6 if np.ndim(pk) == 0 else pk for pk in peak[:n_dev]],
+        mem_bw=[1e9] * n_dev,
+        launch=[0.0] * n_dev,
+        mem_capacity=[1e12] * n_dev,
+        p_busy=[10.0, 5.0, 2.0][:n_dev],
+        p_idle=[1.0, 0.5, 0.2][:n_dev],
+        b_half=[0.0] * n_dev,
+        link_bw=np.full((n_dev, n_dev), link_bw),
+        link_latency=np.full((n_dev, n_dev), link_latency),
+        link_energy=np.full((n_dev, n_dev), 1e-6),
+    )
+    fields.update(kw)
+    return hj.Platform.create(**fields)
+
+
+def _graph(preds, flops, out_bytes, op_class=None, param_bytes=None, act_bytes=None):
+    """Op-granularity graph (one block per op)."""
+    n = len(flops)
+    return hj.LayerGraph.create(
+        op_class=op_class or [hj.graphs.MATMUL] * n,
+        block=list(range(n)),
+        block_kind=[hj.graphs.OTHER] * n,
+        flops=flops,
+        act_bytes=act_bytes or [0.0] * n,
+        param_bytes=param_bytes or [0.0] * n,
+        out_bytes=out_bytes,
+        preds=preds,
+    )
+
+
+def _both(g, p, placement, batch):
+    plan = hj.Plan.create(placement, batch)
+    return _evaluate(g, p, plan), evaluate_reference(g, p, placement, batch)
+
+
+def _close(m, r, field, expected, rtol=1e-5):
+    np.testing.assert_allclose(np.asarray(getattr(m, field)), expected, rtol=rtol, err_msg=field)
+    np.testing.assert_allclose(r[field], expected, rtol=1e-7, err_msg=field)  # f32 inputs
+
+
+def test_chain_across_two_devices():
+    # op0 on d0 (2 s at b=2), link 0->1 (1 ms + 2e3 B / 1e6 B/s = 3 ms), op1 on d1 (1 s),
+    # link 1->0 (3 ms), op2 on d0 (2 s): T = 5.006 s.
+    g = _graph([[-1], [0], [1]], [1e9, 1e9, 1e9], [1e3, 1e3, 1e3])
+    m, r = _both(g, _platform(), [0, 1, 0], 2.0)
+    _close(m, r, "latency", 5.006)
+    _close(m, r, "busy", [4.0, 1.0])
+    _close(m, r, "link_busy", [[0.0, 0.003], [0.003, 0.0]])
+    _close(m, r, "moved", [[0.0, 2e3], [2e3, 0.0]])
+    _close(m, r, "block_time", [2.0, 1.003, 2.003])
+    _close(m, r, "throughput", 2.0 / 4.0)
+    # 10 W * 4 s + 1 W * 1.006 s + 5 W * 1 s + 0.5 W * 4.006 s + 1e-6 J/B * 4e3 B
+    _close(m, r, "energy", 40 + 1.006 + 5 + 2.003 + 0.004)
+    _close(m, r, "transfer_share", 0.006 / 5.006)
+    _close(m, r, "layer_time_std", np.std([2.0, 1.003, 2.003]))
+    assert bool(m.feasible) and r["feasible"]
+
+
+def test_tensor_reused_by_two_consumers_crosses_once():
+    # op0 on d0 feeds op1 and op2 on d1 (op2 names it twice): one transfer of 1e3 B.
+    g = _graph([[-1, -1], [0, -1], [0, 0]], [1e9, 1e9, 1e9], [1e3, 1e3, 1e3])
+    m, r = _both(g, _platform(), [0, 1, 1], 1.0)
+    _close(m, r, "moved", [[0.0, 1e3], [0.0, 0.0]])
+    _close(m, r, "link_busy", [[0.0, 0.002], [0.0, 0.0]])
+    _close(m, r, "block_time", [1.0, 0.502, 0.5])  # the transfer is charged to op1's block
+    _close(m, r, "latency", 1.0 + 0.002 + 0.5 + 0.5)
+
+
+def test_two_transfers_queue_on_one_link_in_trigger_order():
+    # op0, op1 on d0 finish at 1 s and 2 s; op2 on d1 needs (op1, op0) in that slot order.
+    # Each transfer takes 1.5 s (no latency, 1.5e6 B at 1e6 B/s). Trigger order serves op1's
+    # tensor first: [2, 3.5], then op0's: [3.5, 5]; op2 (0.5 s) ends at 5.5 s. Serving in
+    # producer finish order would give 4.5 s.
+    g = _graph([[-1, -1], [-1, -1], [1, 0]], [1e9, 1e9, 1e9], [1.5e6, 1.5e6, 0.0])
+    m, r = _both(g, _platform(link_latency=0.0), [0, 0, 1], 1.0)
+    _close(m, r, "latency", 5.5)
+    _close(m, r, "link_busy", [[0.0, 3.0], [0.0, 0.0]])
+    _close(m, r, "throughput", 1.0 / 3.0)
+
+
+def test_unsupported_class_is_infeasible():
+    peak = [[1e9] * 6, [2e9] * 5 + [0.0]]  # device 1 cannot run CONTROL
+    p = _platform(peak=peak)
+    g = _graph([[-1], [0], [1]], [1e9] * 3, [1e3] * 3, op_class=[1, 5, 1])
+    m, r = _both(g, p, [0, 1, 0], 1.0)
+    for get in (lambda f: getattr(m, f), r.get):
+        assert not bool(get("feasible")) and int(get("unplaceable")) == 1
+        assert float(get("latency")) == np.inf and float(get("energy")) == np.inf
+        assert float(get("throughput")) == 0.0
+    # the unplaceable op ran on device 1 with t_comp = 0: simulated T = 1 + 2 ms + 0 + 2 ms + 1
+    _close(m, r, "busy", [2.0, 0.0])
+    _close(m, r, "transfer_share", 0.004 / 2.004)
+
+
+def test_out_of_range_device_runs_on_device_0():
+    g = _graph([[-1], [0], [1]], [1e9] * 3, [1e3] * 3)
+    p = hj.hardware.pad(_platform(), 3)  # device 2 is padding
+    for bad in (-1, 2, 9):
+        m, r = _both(g, p, [0, bad, 0], 1.0)
+        assert int(m.unplaceable) == r["unplaceable"] == 1
+        _close(m, r, "busy", [2.0, 0.0, 0.0])  # t_comp 0, t_mem 0, launch 0
+        _close(m, r, "moved", np.zeros((3, 3)))
+
+
+def test_memory_overflow_is_infeasible():
+    p = _platform(mem_capacity=[1e12, 5e5])
+    g = _graph([[-1], [0]], [1e9] * 2, [1e3] * 2, param_bytes=[1e6, 4e5], act_bytes=[0.0, 1e4])
+    m, r = _both(g, p, [0, 1], 8.0)  # device 1 holds 4e5 + 8 * 1e4 = 4.8e5 B: fits
+    assert bool(m.feasible) and r["feasible"]
+    _close(m, r, "mem_used", [1e6, 4.8e5])
+    m, r = _both(g, p, [0, 1], 16.0)  # 4e5 + 16 * 1e4 = 5.6e5 B > 5e5 B
+    assert not bool(m.feasible) and not r["feasible"] and int(m.unplaceable) == 0
+    _close(m, r, "mem_used", [1e6, 5.6e5])
+    assert float(m.latency) == np.inf and float(m.throughput) == 0.0
+
+
+def test_empty_graph():
+    g = hj.LayerGraph.create(
+        op_class=[0, 0], block=[0, 0], block_kind=[0], flops=[1.0, 1.0], act_bytes=[1.0, 1.0],
+        param_bytes=[1.0, 1.0], out_bytes=[1.0, 1.0], preds=[[-1], [0]],
+        op_mask=[False, False], block_mask=[False],
+    )  # fmt: skip
+    m, r = _both(g, _platform(), [0, 1], 1.0)
+    assert_agree(m, r, _reference_plan_metrics(g, _platform()), 1e-6)
+    assert float(m.latency) == 0.0 and float(m.throughput) == 0.0 and bool(m.feasible)
