@@ -1,0 +1,24 @@
+"""Exact optima of chain block placements (SPEC: What follows from it).
+
+- `optimal_latency`: the latency-optimal placement at one batch (dynamic program).
+- `optimal_score`: the exact SPEC-score optimum over placements and a batch set (labels with
+  dominance pruning and a bound against an incumbent).
+- `pareto_front`: the exact Pareto front over (latency, throughput, energy) and the batch set.
+- `enumerate_plans`: exhaustive, chunked JAX enumeration for small problems (the reference).
+- `check_chain`: the SPEC chain conditions the exact solvers need (`hj.NotAChainError`).
+"""
+
+from hetjax.exact._chain import DEFAULT_BATCHES, check_chain
+from hetjax.exact._enumerate import MAX_PLANS, Enumeration, enumerate_plans
+from hetjax.exact._solvers import optimal_latency, optimal_score, pareto_front
+
+__all__ = [
+    "DEFAULT_BATCHES",
+    "MAX_PLANS",
+    "Enumeration",
+    "check_chain",
+    "enumerate_plans",
+    "optimal_latency",
+    "optimal_score",
+    "pareto_front",
+]

@@ -1,0 +1,265 @@
+"""The exact optima of a chain: latency (dynamic program), score and Pareto front (labels)."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from hetjax.cost import DEFAULT_WEIGHTS, Metrics, Plan, evaluate, reference_plan, score
+from hetjax.errors import PlanError
+from hetjax.exact._chain import (
+    DEFAULT_BATCHES,
+    EVAL_CHUNK,
+    ChainProblem,
+    Tables,
+    check_batches,
+    expand,
+)
+from hetjax.exact._search import (
+    Incumbent,
+    bounds,
+    chain_eval,
+    energy_dp,
+    improve,
+    label_search,
+    latency_dp,
+)
+from hetjax.graphs.core import LayerGraph
+from hetjax.hardware.core import Platform
+
+__all__ = ["optimal_latency", "optimal_score", "pareto_front"]
+
+
+def _seeds(problem: ChainProblem, tab: Tables) -> np.ndarray:
+    """Heuristic block placements int[K, M]: latency and energy DPs, every all-on-one-device."""
+    m, d = tab.m, tab.d
+    rows = [latency_dp(tab)[0], energy_dp(tab)[0]]
+    rows += [np.full(m, dev) for dev in range(d)]
+    return np.stack(rows)
+
+
+def _plan(problem: ChainProblem, bp_local, batch: float) -> Plan:
+    return Plan.create(_ops(problem, expand(problem, bp_local)), batch)
+
+
+def optimal_latency(
+    graph: LayerGraph, platform: Platform, batch: float = 8.0, *, b_ref: float = 1.0
+) -> Plan:
+    """The latency-optimal block placement of a chain at `batch` samples per batch.
+
+    A dynamic program over (block, device) for any number of devices; where memory binds
+    (the DP optimum does not fit), labels carrying (latency, memory used on each device where
+    it can bind) with dominance pruning and a bound against the best feasible plan known.
+    Raises `NotAChainError` for graphs outside the SPEC chain conditions and `PlanError` when
+    no placement fits at this batch. Returns an `hj.Plan` (op-level placement, the batch).
+    """
+    problem = ChainProblem.create(graph, platform, b_ref=b_ref)
+    (batch,) = check_batches([batch])
+    tab = problem.tables(batch)
+    bp, _ = latency_dp(tab)
+    if not chain_eval(tab, bp[None])[3][0]:
+        seeds = _seeds(problem, tab)
+        t, _, _, ok = chain_eval(tab, seeds)
+        t_bound = float(np.min(np.where(ok, t, np.inf)))
+        res = label_search(problem, tab, "latency", t_bound=t_bound)
+        if res.t.size:
+            bp = res.placements([int(np.argmin(res.t))])[0]
+        elif np.isfinite(t_bound):
+            bp = seeds[int(np.argmin(np.where(ok, t, np.inf)))]
+        else:
+            raise PlanError(
+                f"batch = {batch:g}: no block placement fits the devices' memory (or every "
+                "placement puts a block on a device that cannot run it)"
+            )
+    return _plan(problem, bp, batch)
+
+
+def _root_bound(problem: ChainProblem, tab: Tables) -> float:
+    """An upper bound on the score of every plan at this batch."""
+    bnd = bounds(tab)
+    t = np.min(tab.dur[0] + bnd.t[0])
+    e = np.min(tab.e_dur[0] + bnd.e[0])
+    work = np.min(tab.dur[0]) + bnd.work[0]
+    return float(problem.score_bound(tab.batch, t, work / tab.d, e))
+
+
+def optimal_score(
+    graph: LayerGraph,
+    platform: Platform,
+    batches=DEFAULT_BATCHES,
+    weights=DEFAULT_WEIGHTS,
+    *,
+    b_ref: float = 1.0,
+    stats: dict | None = None,
+) -> tuple[Plan, float]:
+    """The exact SPEC-score optimum of a chain over block placements and the batch set.
+
+    score = alpha * T_ref / T + beta * X / X_ref - gamma * E / E_ref against the reference plan
+    (all on device 0 at `b_ref`). Labels with dominance pruning and a bound against an
+    incumbent (seeded by dynamic programs and local search), batches in the order of their
+    score bound. Returns (plan, score): `score` is `hj.score` of `hj.evaluate(plan)`. Pass a
+    dict as `stats` to receive search statistics (labels per block, seconds per batch).
+    """
+    t0 = time.perf_counter()
+    problem = ChainProblem.create(graph, platform, weights, b_ref)
+    batches = check_batches(batches)
+    tabs = [problem.tables(b) for b in dict.fromkeys(batches)]
+    inc = Incumbent()
+    for tab in tabs:
+        seeds = _seeds(problem, tab)
+        t, bott, e, ok = chain_eval(tab, seeds)
+        s = np.where(ok, problem.score_of(tab.batch, t, bott, e), -np.inf)
+        bp, s_best = improve(problem, tab, seeds[int(np.argmax(s))])
+        inc.offer(s_best, bp, tab.batch)
+    seed_score = inc.score
+    t_seed = time.perf_counter() - t0
+    roots = [_root_bound(problem, tab) for tab in tabs]
+    per_batch = {}
+    for k in np.argsort(roots)[::-1]:
+        tab = tabs[k]
+        t1 = time.perf_counter()
+        if roots[k] < inc.score:
+            per_batch[tab.batch] = {"skipped": True, "root_bound": roots[k]}
+            continue
+        res = label_search(problem, tab, "score", incumbent=inc)
+        if res.t.size:
+            s = problem.score_of(tab.batch, res.t, res.bottleneck, res.e)
+            i = int(np.argmax(s))
+            inc.offer(s[i], res.placements([i])[0], tab.batch)
+        per_batch[tab.batch] = {
+            "skipped": False,
+            "root_bound": roots[k],
+            "labels_per_block": res.labels_per_block,
+            "seconds": time.perf_counter() - t1,
+        }
+    if inc.bp is None:
+        raise PlanError(
+            f"batches = {batches}: no block placement fits the devices' memory at any of them"
+        )
+    plan = _plan(problem, inc.bp, inc.batch)
+    ref = evaluate(graph, platform, reference_plan(graph, problem.b_ref))
+    value = float(score(evaluate(graph, platform, plan), ref, problem.weights))
+    if stats is not None:
+        stats.update(
+            seconds=time.perf_counter() - t0,
+            seed_seconds=t_seed,
+            seed_score=seed_score,
+            score64=inc.score,
+            batch=inc.batch,
+            block_placement=expand(problem, inc.bp)[: problem.n_blocks].tolist(),
+            per_batch=per_batch,
+        )
+    return plan, value
+
+
+def _pareto_mask(points: np.ndarray, rtol: float = 1e-9, chunk: int = 512) -> np.ndarray:
+    """Mask of the points [K, 3] (latency min, throughput max, energy min) on the front.
+
+    In (latency, -throughput, energy) order, a point goes when an earlier point weakly
+    dominates it or lies within a relative `rtol` of it in every coordinate (so one plan
+    represents each point).
+    """
+    k = points.shape[0]
+    order = np.lexsort((points[:, 2], -points[:, 1], points[:, 0]))
+    p = points[order]
+    gone = np.zeros(k, bool)
+    for lo in range(0, k, chunk):
+        q = p[lo : lo + chunk]
+        i = np.arange(lo, lo + q.shape[0])
+        earlier = np.arange(k)[:, None] < i[None, :]
+        dom = (p[:, None, 1] >= q[None, :, 1]) & (p[:, None, 2] <= q[None, :, 2])
+        near = np.all(np.abs(p[:, None, :] - q[None, :, :]) <= rtol * np.abs(q[None]), axis=2)
+        gone[lo : lo + q.shape[0]] = np.any(earlier & (dom | near), axis=0)
+    keep = np.zeros(k, bool)
+    keep[order[~gone]] = True
+    return keep
+
+
+def _ops(problem: ChainProblem, block_placements: np.ndarray) -> np.ndarray:
+    """Block placements int32[..., m_max] -> op placements int32[..., n_max] (host-side)."""
+    return np.asarray(block_placements, np.int32)[..., np.asarray(problem.graph.block)]
+
+
+def _evaluate_in_chunks(problem: ChainProblem, placement, batches) -> Metrics:
+    """hj.evaluate of K op placements int32[K, n_max] at batches f32[K], EVAL_CHUNK at a time
+    (one compiled shape; slicing and joining on the host)."""
+    n = placement.shape[0]
+    parts = []
+    for lo in range(0, n, EVAL_CHUNK):
+        pl = placement[lo : lo + EVAL_CHUNK]
+        b = batches[lo : lo + EVAL_CHUNK]
+        k = pl.shape[0]
+        pl = np.concatenate([pl, np.zeros((EVAL_CHUNK - k, pl.shape[1]), np.int32)])
+        b = np.concatenate([b, np.ones(EVAL_CHUNK - k, np.float32)])
+        m = evaluate(problem.graph, problem.platform, Plan.create(pl, b))
+        parts.append(jax.tree.map(lambda x, k=k: np.asarray(x)[:k], m))
+    return jax.tree.map(lambda *xs: jnp.asarray(np.concatenate(xs)), *parts)
+
+
+def pareto_front(
+    graph: LayerGraph,
+    platform: Platform,
+    batches=DEFAULT_BATCHES,
+    *,
+    b_ref: float = 1.0,
+    stats: dict | None = None,
+) -> tuple[Plan, Metrics]:
+    """The exact Pareto front over (latency min, throughput max, energy min) of a chain.
+
+    Over block placements and the batch set; one plan per distinct point. Labels with
+    dominance pruning and a bound against the points found so far. Returns (plans, metrics):
+    an `hj.Plan` with leading axis K (placement int32[K, N], batch f32[K]) and its
+    `hj.evaluate` metrics (leading axis K), sorted by latency.
+    """
+    t0 = time.perf_counter()
+    problem = ChainProblem.create(graph, platform, b_ref=b_ref)
+    batches = check_batches(batches)
+    tabs = [problem.tables(b) for b in dict.fromkeys(batches)]
+    pool_bp, pool_b, pool_pts = [], [], []
+
+    def add(tab, bp, t, bott, e):
+        x = np.where(bott > 0, tab.batch / np.where(bott > 0, bott, 1.0), 0.0)
+        pool_bp.append(bp)
+        pool_b.append(np.full(t.size, tab.batch))
+        pool_pts.append(np.stack([t, x, e], axis=1))
+
+    for tab in tabs:
+        seeds = [_seeds(problem, tab)]
+        for w in ((1, 0, 0), (0, 1, 0), (0, 0, 1), problem.weights):
+            sub = dataclasses.replace(problem, weights=w)
+            seeds.append(improve(sub, tab, seeds[0][0])[0][None])
+        seeds = np.concatenate(seeds)
+        t, bott, e, ok = chain_eval(tab, seeds)
+        add(tab, seeds[ok], t[ok], bott[ok], e[ok])
+    per_batch = {}
+    for tab in tabs:
+        t1 = time.perf_counter()
+        pts = np.concatenate(pool_pts)
+        front = pts[_pareto_mask(pts)]
+        res = label_search(problem, tab, "pareto", front=front)
+        if res.t.size:
+            add(tab, res.placements(np.arange(res.t.size)), res.t, res.bottleneck, res.e)
+        per_batch[tab.batch] = {
+            "labels_per_block": res.labels_per_block,
+            "seconds": time.perf_counter() - t1,
+        }
+    pts = np.concatenate(pool_pts)
+    if pts.shape[0] == 0:
+        raise PlanError(
+            f"batches = {batches}: no block placement fits the devices' memory at any of them"
+        )
+    keep = np.flatnonzero(_pareto_mask(pts))
+    keep = keep[np.argsort(pts[keep, 0], kind="stable")]
+    bps = np.concatenate(pool_bp)[keep]
+    bs = np.concatenate(pool_b)[keep]
+    placement = _ops(problem, np.stack([expand(problem, bp) for bp in bps]))
+    bs = bs.astype(np.float32)
+    metrics = _evaluate_in_chunks(problem, placement, bs)
+    plans = Plan.create(placement, bs)
+    if stats is not None:
+        stats.update(seconds=time.perf_counter() - t0, points=int(keep.size), per_batch=per_batch)
+    return plans, metrics

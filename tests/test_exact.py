@@ -1,0 +1,262 @@
+"""hj.exact: chain checks, and the DP / label optima against exhaustive enumeration."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import hetjax as hj
+import hetjax.exact as ex
+from hetjax.exact._chain import ChainProblem
+from hetjax.exact._search import latency_dp
+
+N_MAX, M_MAX, D_MAX = 48, 7, 3  # one padded shape for every graph here: few compilations
+BATCHES = (1, 3, 8, 32)
+RTOL = 2e-5  # float32 evaluate vs float64 search
+
+
+def random_chain(rng: np.random.Generator, n_blocks: int) -> hj.LayerGraph:
+    """A random chain: every op after block 0 reads earlier ops of its block or the previous
+    block's last op (its first op always the latter); classes include CONTROL."""
+    ops = []  # (block, class, flops, act, params, out, preds)
+    last = -1
+    for j in range(n_blocks):
+        first = len(ops)
+        for k in range(int(rng.integers(1, 4))):
+            i = len(ops)
+            inside = list(range(first, i))
+            pool = inside if j == 0 else (inside + [last] if k else [last])
+            n_in = min(len(pool), int(rng.integers(1, 3)))
+            preds = list(rng.choice(pool, size=n_in, replace=False)) if pool else []
+            ops.append((
+                j, int(rng.integers(0, 6)), 10 ** rng.uniform(6, 10), 10 ** rng.uniform(4, 7),
+                10 ** rng.uniform(3, 7) * (rng.random() < 0.8), 10 ** rng.uniform(3, 6), preds,
+            ))  # fmt: skip
+        last = len(ops) - 1
+    preds = np.full((len(ops), 2), -1)
+    for i, o in enumerate(ops):
+        preds[i, : len(o[6])] = o[6]
+    g = hj.LayerGraph.create(
+        op_class=[o[1] for o in ops],
+        block=[o[0] for o in ops],
+        block_kind=np.zeros(n_blocks, np.int32),
+        flops=[o[2] for o in ops],
+        act_bytes=[o[3] for o in ops],
+        param_bytes=[o[4] for o in ops],
+        out_bytes=[o[5] for o in ops],
+        preds=preds,
+    )
+    return hj.graphs.pad(g, N_MAX, M_MAX, 2)
+
+
+def random_platform(seed: int, n_dev: int, tight_memory: bool, graph) -> hj.Platform:
+    """Platform `seed` of one hj.hardware.sample call around host3 (GPU, NPU, CPU) with its
+    first `n_dev` devices real; with `tight_memory` the capacities bind (device 0 still fits
+    the reference plan at b = 1)."""
+    p = hj.hardware.unstack(_SAMPLED)[seed]
+    p = p.replace(device_mask=jnp.arange(D_MAX) < n_dev)
+    if tight_memory:
+        rng = np.random.default_rng(seed)
+        params = float(np.asarray(graph.param_bytes).sum())
+        act = float(np.asarray(graph.act_bytes).max())
+        cap = np.asarray(p.mem_capacity).copy()
+        cap[0] = params + act * rng.uniform(1.0, 12.0)
+        cap[1:] = rng.uniform(0.2, 1.0, cap.size - 1) * (params + 8 * act)
+        p = p.replace(mem_capacity=jnp.asarray(cap, jnp.float32))
+    return p
+
+
+def _points(m) -> np.ndarray:
+    return np.stack([np.asarray(m.latency), np.asarray(m.throughput), np.asarray(m.energy)], -1)
+
+
+def _clearly_dominates(q: np.ndarray, p: np.ndarray, tol: float = RTOL) -> np.ndarray:
+    """[len(q), len(p)]: point q dominates point p by more than the tolerance (min T, max X,
+    min E) in one coordinate and is within it in the others."""
+    q, p = q[:, None, :], p[None, :, :]
+    s = tol * np.abs(p)
+    weak = (q[..., 0] <= p[..., 0] + s[..., 0]) & (q[..., 1] >= p[..., 1] - s[..., 1])
+    weak &= q[..., 2] <= p[..., 2] + s[..., 2]
+    strict = (q[..., 0] < p[..., 0] - s[..., 0]) | (q[..., 1] > p[..., 1] + s[..., 1])
+    return weak & (strict | (q[..., 2] < p[..., 2] - s[..., 2]))
+
+
+def _covers(q: np.ndarray, p: np.ndarray, tol: float = RTOL) -> np.ndarray:
+    """[len(q), len(p)]: point q is as good as point p within the tolerance."""
+    q, p = q[:, None, :], p[None, :, :]
+    s = tol * np.abs(p)
+    ok = (q[..., 0] <= p[..., 0] + s[..., 0]) & (q[..., 1] >= p[..., 1] - s[..., 1])
+    return ok & (q[..., 2] <= p[..., 2] + s[..., 2])
+
+
+CASES = [  # (seed, blocks, real devices, tight memory)
+    (0, 5, 2, False),
+    (1, 7, 2, True),
+    (2, 7, 2, False),
+    (3, 5, 3, False),
+    (4, 6, 3, True),
+    (5, 6, 3, True),
+]
+_SAMPLED = hj.hardware.sample(jax.random.key(0), len(CASES), base="host3")
+
+
+@pytest.fixture(scope="module", params=CASES, ids=lambda c: f"seed{c[0]}-D{c[2]}-M{c[1]}")
+def case(request):
+    seed, n_blocks, n_dev, tight = request.param
+    g = random_chain(np.random.default_rng(seed), n_blocks)
+    p = random_platform(seed, n_dev, tight, g)
+    enum = ex.enumerate_plans(g, p, BATCHES, keep_metrics=True)
+    return g, p, enum
+
+
+def test_score_matches_enumeration(case):
+    g, p, enum = case
+    plan, s = ex.optimal_score(g, p, BATCHES)
+    ref = hj.evaluate(g, p, hj.reference_plan(g))
+    assert s == float(hj.score(hj.evaluate(g, p, plan), ref))  # the evaluate-score of the plan
+    assert np.isfinite(s)
+    assert abs(s - enum.score) <= RTOL * max(1.0, abs(enum.score))
+    assert float(plan.batch) in BATCHES
+
+
+def test_latency_matches_enumeration(case):
+    g, p, enum = case
+    for bi in (0, len(BATCHES) - 1):
+        lat = np.asarray(enum.metrics.latency[bi])
+        if not np.isfinite(lat).any():
+            with pytest.raises(hj.PlanError, match="no block placement fits"):
+                ex.optimal_latency(g, p, BATCHES[bi])
+            continue
+        plan = ex.optimal_latency(g, p, BATCHES[bi])
+        m = hj.evaluate(g, p, plan)
+        assert bool(m.feasible)
+        assert float(plan.batch) == BATCHES[bi]
+        np.testing.assert_allclose(float(m.latency), lat.min(), rtol=RTOL)
+
+
+def test_pareto_matches_enumeration(case):
+    g, p, enum = case
+    plans, m = ex.pareto_front(g, p, BATCHES)
+    k = plans.batch.shape[0]
+    assert plans.placement.shape == (k, g.n_max) and m.latency.shape == (k,)
+    assert bool(np.all(np.asarray(m.feasible)))
+    np.testing.assert_array_equal(np.diff(np.asarray(m.latency)) >= 0, True)
+    for i in (0, k - 1):  # the metrics are those of the plans
+        one = hj.evaluate(g, p, hj.Plan.create(np.asarray(plans.placement)[i], plans.batch[i]))
+        np.testing.assert_allclose(float(one.energy), float(m.energy[i]), rtol=1e-6)
+    ours = _points(m)
+    every = _points(enum.metrics).reshape(-1, 3)
+    every = every[np.asarray(enum.metrics.feasible).reshape(-1)]
+    beaten = _clearly_dominates(every, ours).any(axis=0)  # nothing enumerated beats ours
+    assert not beaten.any(), ours[beaten]
+    missed = ~_covers(ours, every).any(axis=0)  # every plan is matched or beaten by ours
+    assert not missed.any(), every[missed]
+
+
+def test_memory_binding_latency_uses_labels():
+    """The DP optimum does not fit device 1; the label search finds the best plan that fits."""
+    g = random_chain(np.random.default_rng(11), 6)
+    base = hj.hardware.preset("soc")
+    peak = np.asarray(base.peak).copy()
+    peak[1] = peak[0] * 4  # device 1 is faster at everything
+    params = float(np.asarray(g.param_bytes).sum())
+    act = float(np.asarray(g.act_bytes).max())
+    cap = np.array([params + 64 * act, 0.5 * params], np.float32)
+    p = base.replace(peak=jnp.asarray(peak), mem_capacity=jnp.asarray(cap))
+    p = hj.hardware.pad(p, D_MAX)
+    problem = ChainProblem.create(g, p)
+    tab = problem.tables(8.0)
+    bp, _ = latency_dp(tab)
+    assert np.all(bp == 1)  # all on the fast device ...
+    assert tab.params.sum() > cap[1]  # ... does not fit
+    plan = ex.optimal_latency(g, p, 8.0)
+    enum = ex.enumerate_plans(g, p, BATCHES, keep_metrics=True)
+    m = hj.evaluate(g, p, plan)
+    assert bool(m.feasible)
+    lat = np.asarray(enum.metrics.latency[BATCHES.index(8)])
+    np.testing.assert_allclose(float(m.latency), lat.min(), rtol=RTOL)
+
+
+@pytest.mark.parametrize("name", ["edge", "host3"])
+def test_bert_tiny_matches_enumeration(name):
+    g = hj.graphs.transformer("bert-tiny", seq_len=64, n_max=N_MAX, m_max=M_MAX)
+    p = hj.hardware.pad(hj.hardware.preset(name), D_MAX)
+    enum = ex.enumerate_plans(g, p, BATCHES)
+    plan, s = ex.optimal_score(g, p, BATCHES)
+    assert abs(s - enum.score) <= RTOL * max(1.0, abs(enum.score))
+    assert enum.scores.shape == (len(BATCHES), 2**6 if name == "edge" else 3**6)
+    # The reference plan (all on device 0 at b = 1) scores alpha + beta - gamma.
+    k0 = 0  # placement index 0 puts every block on device 0
+    np.testing.assert_allclose(enum.scores[0, k0], 0.8, rtol=1e-5)
+
+
+def test_enumeration_best_is_evaluated():
+    g = random_chain(np.random.default_rng(3), 4)
+    p = hj.hardware.pad(hj.hardware.preset("edge"), D_MAX)
+    enum = ex.enumerate_plans(g, p, BATCHES, weights=(0.2, 0.5, 0.3))
+    assert enum.metrics is None and enum.scores.shape == (len(BATCHES), 16)
+    assert enum.block_placements.shape == (16, 4)
+    ref = hj.evaluate(g, p, hj.reference_plan(g))
+    s = float(hj.score(hj.evaluate(g, p, enum.plan), ref, (0.2, 0.5, 0.3)))
+    np.testing.assert_allclose(s, enum.score, rtol=1e-6)
+    assert enum.score == enum.scores.max()
+    with pytest.raises(hj.PlanError, match="max_plans"):
+        ex.enumerate_plans(g, p, (1.0,), max_plans=8)
+
+
+# --- chain conditions and input checks --------------------------------------------------------
+
+
+def test_op_granularity_bert_is_not_a_chain():
+    g = hj.graphs.transformer("bert-tiny", seq_len=16, granularity="op")
+    p = hj.hardware.preset("edge")
+    with pytest.raises(hj.NotAChainError, match=r"\([ab]\) block \d+, op \d+"):
+        ex.check_chain(g, p)
+    with pytest.raises(hj.NotAChainError):
+        ex.optimal_score(g, p, (1,))
+
+
+def test_block_granularity_models_are_chains():
+    p = hj.hardware.preset("host3")
+    for name in ("bert-tiny", "gpt2", "vit-b16", "tinyllama-1.1b"):
+        ex.check_chain(hj.graphs.transformer(name, granularity="block"), p)
+
+
+def _graph(preds, block):
+    n = len(block)
+    return hj.LayerGraph.create(
+        op_class=[1] * n, block=block, block_kind=[0] * (max(block) + 1), flops=[1e6] * n,
+        act_bytes=[1e3] * n, param_bytes=[1e3] * n, out_bytes=[1e3] * n, preds=preds,
+    )  # fmt: skip
+
+
+def test_chain_condition_errors():
+    p = hj.hardware.preset("edge")
+    ex.check_chain(_graph([[-1, -1], [0, -1], [1, -1], [2, 1]], [0, 0, 1, 1]), p)
+    skip = _graph([[-1, -1], [0, -1], [1, -1], [0, -1]], [0, 1, 2, 2])  # op 3 reads block 0
+    with pytest.raises(hj.NotAChainError, match=r"\(a\) block 2, op 3.*op 0.*op 1"):
+        ex.check_chain(skip, p)
+    inner = _graph([[-1, -1], [0, -1], [1, -1], [-1, -1]], [0, 1, 1, 1])  # op 3 has no input
+    with pytest.raises(hj.NotAChainError, match=r"\(b\) block 1, op 3"):
+        ex.check_chain(inner, p)
+    hot = p.replace(p_idle=jnp.asarray([10.0, 100.0]))
+    with pytest.raises(hj.NotAChainError, match=r"\(c\) device 1"):
+        ex.check_chain(_graph([[-1, -1], [0, -1]], [0, 1]), hot)
+
+
+def test_input_errors():
+    g = random_chain(np.random.default_rng(0), 3)
+    p = hj.hardware.pad(hj.hardware.preset("edge"), D_MAX)
+    with pytest.raises(hj.PlanError, match="batch"):
+        ex.optimal_score(g, p, (0.5, 2))
+    with pytest.raises(hj.PlanError, match="batches is empty"):
+        ex.pareto_front(g, p, ())
+    with pytest.raises(hj.PlanError, match="weights"):
+        ex.optimal_score(g, p, (1,), weights=(0.6, -0.3, 0.1))
+    with pytest.raises(hj.PlatformError, match="leading axes"):
+        ex.optimal_latency(g, hj.hardware.stack([p, p]), 1.0)
+    small = p.replace(mem_capacity=jnp.asarray([1e3, 1e12, 1.0], jnp.float32))
+    with pytest.raises(hj.PlatformError, match="reference plan"):
+        ex.optimal_score(g, small, (1,))
