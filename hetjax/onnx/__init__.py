@@ -1,0 +1,30 @@
+"""ONNX models in (`load_graph`), built-in Transformers out (`export_transformer`), and a CPU
+device calibrated against ONNX Runtime measurements (`hetjax.onnx.calibrate`).
+
+Inside this package `import onnx` is the real ONNX package (absolute imports).
+"""
+
+from hetjax.onnx import calibrate
+from hetjax.onnx.exporter import build_transformer, export_transformer
+from hetjax.onnx.importer import (
+    DEFAULT_DIMS,
+    DEFAULT_P,
+    OP_TABLE,
+    Imported,
+    OnnxImportWarning,
+    import_model,
+    load_graph,
+)
+
+__all__ = [
+    "load_graph",
+    "import_model",
+    "Imported",
+    "export_transformer",
+    "build_transformer",
+    "calibrate",
+    "OnnxImportWarning",
+    "DEFAULT_DIMS",
+    "DEFAULT_P",
+    "OP_TABLE",
+]

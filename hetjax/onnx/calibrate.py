@@ -1,0 +1,656 @@
+"""Fit a CPU device of the cost model to ONNX Runtime measurements, and report its fidelity.
+
+1. `profile_model` runs a model with ONNX Runtime's CPU execution provider, graph optimisations
+   off (so every ONNX node is one kernel and maps one to one onto a `LayerGraph` op), a fixed
+   number of intra-op threads, node-level profiling on: per-node kernel times are the median
+   over `repeats` runs after `warmup` runs that are dropped. The end-to-end latency is the
+   median wall-clock time of `session.run` in a second session without profiling.
+2. `fit` fits one device's per-class peaks, memory bandwidth and launch cost (in log space) by
+   gradient descent (optax Adam) through `hetjax.evaluate`: every op on device 0, op
+   granularity, so each op's block time is its SPEC duration. The loss is the mean squared
+   error of log(predicted) vs log(measured) per-node time, plus the squared log error of each
+   model's end-to-end latency (weight `e2e_weight`).
+3. `fidelity` scores a fitted platform on profiles it was or was not fitted on: the share of
+   nodes predicted within +/-10% and +/-25%, the Spearman rank correlation of per-node times,
+   and the end-to-end latency error.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+import platform as _platform
+import statistics
+import tempfile
+import time
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import onnx
+import optax
+
+from hetjax.cost import Plan, evaluate
+from hetjax.errors import HetjaxError, OnnxImportError
+from hetjax.graphs.core import OP_CLASSES, LayerGraph, pad, stack
+from hetjax.hardware.core import NUM_CLASSES, Platform
+from hetjax.onnx.importer import (
+    DEFAULT_DIMS,
+    Imported,
+    _resolve_inputs,
+    import_model,
+    node_names,
+    read_model,
+)
+
+__all__ = [
+    "Profile",
+    "FitResult",
+    "profile_model",
+    "fit",
+    "fit_params",
+    "to_platform",
+    "predict",
+    "fidelity",
+    "calibrate",
+    "MIN_TIME",
+]
+
+MIN_TIME = 1e-6  # s: ONNX Runtime's profiler reports whole microseconds; shorter times floor here
+N_PARAMS = NUM_CLASSES + 2  # log peak per class, log mem_bw, log launch
+
+
+@dataclass(frozen=True)
+class Profile:
+    """ONNX Runtime measurements of one model at one set of input dims (times in s)."""
+
+    source: str  # model file (or ModelProto label)
+    dims: dict  # the symbolic dimension values it ran at
+    node_names: tuple[str, ...]  # every ONNX node (name or <op_type>_<index>)
+    node_time: np.ndarray  # f64[n_nodes] s, median (or min) kernel time (nan: no event)
+    node_runs: np.ndarray  # f64[n_nodes, repeats] s, every measured kernel time
+    latency: float  # s, median session.run time on `clock`, profiling off
+    wall_latency: float  # s, median session.run wall-clock time, profiling off
+    kernel_sum: float  # s, sum of median kernel times (profiling on)
+    clock: str  # "cpu" (the calling thread's CPU time) or "wall"
+    threads: int  # intra-op threads
+    repeats: int  # measured runs (after warm-up)
+    load: float  # 1-minute load average of the machine after the measurement
+
+    def to_json(self) -> dict:
+        return dict(
+            source=self.source, dims=self.dims, node_names=list(self.node_names),
+            node_time=_nan_to_none(self.node_time), node_runs=_nan_to_none(self.node_runs),
+            latency=self.latency, wall_latency=self.wall_latency, kernel_sum=self.kernel_sum,
+            clock=self.clock, threads=self.threads, repeats=self.repeats, load=self.load,
+        )  # fmt: skip
+
+    @classmethod
+    def from_json(cls, d: dict) -> Profile:
+        t = np.array(d["node_time"], np.float64)  # None -> nan
+        runs = np.array(d["node_runs"], np.float64)
+        return cls(d["source"], dict(d["dims"]), tuple(d["node_names"]), t, runs, d["latency"],
+                   d["wall_latency"], d["kernel_sum"], d["clock"], d["threads"], d["repeats"],
+                   d["load"])  # fmt: skip
+
+
+def _nan_to_none(a: np.ndarray) -> list:
+    return np.where(np.isnan(a), None, a).tolist()
+
+
+def _session_options(threads: int, profile_prefix: str | None):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 3
+    if profile_prefix is not None:
+        so.enable_profiling = True
+        so.profile_file_prefix = profile_prefix
+    return so
+
+
+def _feeds(model: onnx.ModelProto, label: str, dims) -> dict[str, np.ndarray]:
+    """Inputs at the resolved shapes: ones for integer/bool inputs (valid ids and masks), random
+    normal floats."""
+    from onnx import helper
+
+    shapes, types, _ = _resolve_inputs(model, label, dims)
+    rng = np.random.default_rng(0)
+    feeds = {}
+    for name, shape in shapes.items():
+        dt = helper.tensor_dtype_to_np_dtype(types[name])
+        if np.issubdtype(dt, np.floating):
+            feeds[name] = rng.standard_normal(shape).astype(dt)
+        else:
+            feeds[name] = np.ones(shape, dt)
+    return feeds
+
+
+def profile_model(
+    path_or_model,
+    dims: Mapping[str, int] | None = None,
+    *,
+    repeats: int = 5,
+    warmup: int = 2,
+    threads: int = 1,
+    clock: str = "auto",
+    stat: str = "median",
+) -> Profile:
+    """Measure per-node kernel times and end-to-end latency with ONNX Runtime (CPU EP).
+
+    Graph optimisations off, `threads` intra-op threads, sequential execution. The first
+    `warmup` runs are dropped; times are medians over `repeats` runs. `clock` times the
+    end-to-end latency: "wall", or "cpu" = the calling thread's CPU time, which with one thread
+    equals the wall-clock time on an idle machine but leaves out the time other processes take
+    from it on a shared one ("auto": "cpu" for threads=1, else "wall"). `stat` "median" or "min"
+    reduces each node's kernel times over the repeats. Temporary profiler files are deleted.
+    """
+    import onnxruntime as ort
+
+    if repeats < 1 or warmup < 0 or threads < 1:
+        raise HetjaxError(
+            f"profile_model: repeats={repeats} (>= 1), warmup={warmup} (>= 0), "
+            f"threads={threads} (>= 1)"
+        )
+    if stat not in ("median", "min"):
+        raise HetjaxError(f"profile_model: stat = {stat!r}: use 'median' or 'min'")
+    if clock == "auto":
+        clock = "cpu" if threads == 1 else "wall"
+    if clock not in ("cpu", "wall"):
+        raise HetjaxError(f"profile_model: clock = {clock!r}: use 'auto', 'cpu' or 'wall'")
+    if clock == "cpu" and threads != 1:
+        raise HetjaxError("profile_model: clock='cpu' measures one thread; use threads=1")
+    dims = dict(DEFAULT_DIMS if dims is None else dims)
+    model, label = read_model(path_or_model)
+    names = node_names(model)
+    feeds = _feeds(model, label, dims)
+    renamed = [n.name for n in model.graph.node] != names or len(set(names)) != len(names)
+    if renamed or not isinstance(path_or_model, (str, os.PathLike)):
+        if len(set(names)) != len(names):
+            raise OnnxImportError(f"{label}: node names are not unique; cannot map profiles")
+        m = onnx.ModelProto()
+        m.CopyFrom(model)
+        for node, name in zip(m.graph.node, names, strict=True):
+            node.name = name
+        source = m.SerializeToString()
+    else:
+        source = str(path_or_model)
+    with tempfile.TemporaryDirectory(prefix="hetjax-prof-") as tmp:
+        try:
+            prof = ort.InferenceSession(
+                source, _session_options(threads, os.path.join(tmp, "p")),
+                providers=["CPUExecutionProvider"],
+            )  # fmt: skip
+            plain = ort.InferenceSession(
+                source, _session_options(threads, None), providers=["CPUExecutionProvider"]
+            )
+            # Alternate the two sessions so both see the same background load.
+            walls, cpus = [], []
+            for r in range(warmup + repeats):
+                prof.run(None, feeds)
+                t0, c0 = time.perf_counter(), time.thread_time()
+                plain.run(None, feeds)
+                c1, t1 = time.thread_time(), time.perf_counter()
+                if r >= warmup:
+                    walls.append(t1 - t0)
+                    cpus.append(c1 - c0)
+            events = json.loads(Path(prof.end_profiling()).read_text())
+        except Exception as err:  # onnxruntime raises its own exception types
+            if isinstance(err, HetjaxError):
+                raise
+            raise OnnxImportError(
+                f"{label}: ONNX Runtime could not run the model ({err})"
+            ) from None
+        finally:
+            prof = plain = None
+    per_node: dict[str, list[float]] = {}
+    for e in events:
+        if e.get("cat") == "Node" and e.get("name", "").endswith("_kernel_time"):
+            per_node.setdefault(e["name"][: -len("_kernel_time")], []).append(e["dur"] * 1e-6)
+    runs = np.full((len(names), repeats), np.nan)
+    for i, n in enumerate(names):
+        r = per_node.get(n, [])[warmup : warmup + repeats]
+        runs[i, : len(r)] = r
+    with warnings.catch_warnings():  # all-nan rows: nodes without events stay nan
+        warnings.simplefilter("ignore", RuntimeWarning)
+        times = np.nanmedian(runs, axis=1) if stat == "median" else np.nanmin(runs, axis=1)
+    return Profile(
+        source=label,
+        dims=dims,
+        node_names=tuple(names),
+        node_time=times,
+        node_runs=runs,
+        latency=statistics.median(cpus if clock == "cpu" else walls),
+        wall_latency=statistics.median(walls),
+        kernel_sum=float(np.nansum(times)),
+        clock=clock,
+        threads=threads,
+        repeats=repeats,
+        load=_load(),
+    )
+
+
+def _load() -> float:
+    try:
+        return float(os.getloadavg()[0])
+    except (OSError, AttributeError):
+        return float("nan")
+
+
+# --- fitting ------------------------------------------------------------------------------------
+class FitData(NamedTuple):
+    """K profiled graphs at op granularity, padded to a common N (all arrays host or device)."""
+
+    graphs: LayerGraph  # stacked: fields [K, N] / [K, N, P]
+    batch: jax.Array  # f32[K]       samples per run
+    measured: jax.Array  # f32[K, N]  s per node (1.0 on padding / unmeasured nodes)
+    mask: jax.Array  # bool[K, N]     node has a measurement
+    latency: jax.Array  # f32[K]     s, measured end-to-end latency
+
+
+def to_platform(theta: jax.Array, mem_capacity: float = 1e12) -> Platform:
+    """A one-device platform from log-space parameters theta f32[8] = log(peak[0..5]),
+    log(mem_bw), log(launch). b_half = 0 (batch-1 profiles cannot identify it); energy fields 0
+    (not calibrated). Pure and differentiable."""
+    theta = jnp.asarray(theta, jnp.float32)
+    one = jnp.ones((1,), jnp.float32)
+    zero = jnp.zeros((1,), jnp.float32)
+    return Platform(
+        peak=jnp.exp(theta[:NUM_CLASSES])[None, :],
+        mem_bw=jnp.exp(theta[NUM_CLASSES])[None],
+        launch=jnp.exp(theta[NUM_CLASSES + 1])[None],
+        mem_capacity=one * mem_capacity,
+        p_busy=zero,
+        p_idle=zero,
+        b_half=zero,
+        link_bw=jnp.exp(theta[NUM_CLASSES])[None, None],
+        link_latency=zero[None],
+        link_energy=zero[None],
+        device_mask=jnp.ones((1,), bool),
+    )
+
+
+def _simulate(theta, graphs, batch):
+    """Per-op durations [K, N] and latencies [K] of every graph with all ops on device 0.
+
+    With one device and every op on it, SPEC's schedule runs the ops back to back, so the
+    latency is the sum of the block times (checked against `evaluate(...).latency` in the
+    tests); reading only `block_time` lets the gradient skip the schedule's scan.
+    """
+    plat = to_platform(theta)
+
+    def one(g, b):
+        m = evaluate(g, plat, Plan(placement=jnp.zeros(g.op_class.shape, jnp.int32), batch=b))
+        return m.block_time, jnp.sum(jnp.where(g.block_mask, m.block_time, 0.0))
+
+    return jax.vmap(one)(graphs, batch)
+
+
+def _loss(theta, data: FitData, e2e_weight):
+    pred, lat = _simulate(theta, data.graphs, data.batch)
+    err = jnp.log(jnp.where(data.mask, pred, 1.0)) - jnp.log(data.measured)
+    node = jnp.sum(jnp.where(data.mask, err**2, 0.0)) / jnp.maximum(jnp.sum(data.mask), 1)
+    e2e = jnp.mean((jnp.log(lat) - jnp.log(data.latency)) ** 2)
+    return node + e2e_weight * e2e, (node, e2e)
+
+
+@functools.partial(jax.jit, static_argnames=("steps",))
+def fit_params(theta0, data: FitData, steps: int, lr, e2e_weight):
+    """Adam on the log-space parameters for `steps` steps (one `lax.scan`).
+
+    Returns (theta f32[8], loss history f32[steps, 3]: total, per-node, end-to-end).
+    """
+    opt = optax.adam(lr)
+    grad = jax.value_and_grad(_loss, has_aux=True)
+
+    def step(carry, _):
+        theta, state = carry
+        (total, (node, e2e)), g = grad(theta, data, e2e_weight)
+        upd, state = opt.update(g, state, theta)
+        return (optax.apply_updates(theta, upd), state), jnp.stack([total, node, e2e])
+
+    (theta, _), hist = jax.lax.scan(step, (theta0, opt.init(theta0)), None, length=steps)
+    return theta, hist
+
+
+@jax.jit
+def _predict(theta, graphs, batch):
+    return _simulate(theta, graphs, batch)
+
+
+def _measured_for(imp: Imported, prof: Profile) -> tuple[np.ndarray, np.ndarray]:
+    """Per-op measured time (floored at MIN_TIME) and mask, in the imported graph's op order."""
+    by_name = dict(zip(prof.node_names, prof.node_time, strict=True))
+    t = np.array([by_name.get(n, np.nan) for n in imp.op_names], np.float64)
+    mask = np.isfinite(t)
+    return np.where(mask, np.maximum(t, MIN_TIME), 1.0), mask
+
+
+def _bucket(n: int) -> int:
+    """Pad op counts up to a multiple of 128 so similar graphs share one compiled program."""
+    return -(-n // 128) * 128
+
+
+def _data(pairs: Sequence[tuple[Imported, Profile]]) -> FitData:
+    n = _bucket(max(imp.graph.n_max for imp, _ in pairs))
+    graphs = stack([pad(imp.graph, n, n) for imp, _ in pairs])
+    meas = np.ones((len(pairs), n))
+    mask = np.zeros((len(pairs), n), bool)
+    for k, (imp, prof) in enumerate(pairs):
+        t, m = _measured_for(imp, prof)
+        meas[k, : len(t)], mask[k, : len(m)] = t, m
+    return FitData(
+        graphs=graphs,
+        batch=jnp.asarray([imp.batch for imp, _ in pairs], jnp.float32),
+        measured=jnp.asarray(meas, jnp.float32),
+        mask=jnp.asarray(mask),
+        latency=jnp.asarray([p.latency for _, p in pairs], jnp.float32),
+    )
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """A fitted CPU platform and how the fit went."""
+
+    platform: Platform
+    theta: np.ndarray  # f64[8] log(peak[0..5]), log(mem_bw), log(launch)
+    history: np.ndarray  # f64[steps, 3] loss: total, per-node, end-to-end
+    fitted_on: tuple[str, ...]  # "<source> <dims>" of every profile used
+
+    def params(self) -> dict:
+        """Fitted numbers by name (FLOP/s, bytes/s, s)."""
+        v = np.exp(self.theta)
+        out = {f"peak_{c}": float(v[i]) for i, c in enumerate(OP_CLASSES)}
+        out.update(mem_bw=float(v[NUM_CLASSES]), launch=float(v[NUM_CLASSES + 1]))
+        return out
+
+
+def _import(prof: Profile, model=None, **kw) -> Imported:
+    src = model if model is not None else prof.source
+    return import_model(src, prof.dims, granularity="op", warn=False, **kw)
+
+
+def fit(
+    pairs: Sequence[tuple[Imported, Profile]],
+    *,
+    steps: int = 1500,
+    lr: float = 0.05,
+    e2e_weight: float = 1.0,
+    mem_capacity: float | None = None,
+) -> FitResult:
+    """Fit a one-device CPU platform to (op-granularity graph, profile) pairs (see module doc)."""
+    if not pairs:
+        raise HetjaxError("fit: no profiles to fit on")
+    if steps < 1 or lr <= 0 or e2e_weight < 0:
+        raise HetjaxError(f"fit: steps={steps} (>= 1), lr={lr} (> 0), e2e_weight={e2e_weight} "
+                          "(>= 0)")  # fmt: skip
+    for imp, _ in pairs:
+        if imp.graph.n_max != imp.graph.m_max:
+            raise HetjaxError(f"fit: {imp.source} must be imported at granularity='op'")
+    data = _data(pairs)
+    # Start from typical CPU numbers: 10 GFLOP/s per class, 10 GB/s, 2 us per op.
+    theta0 = jnp.asarray([math.log(1e10)] * NUM_CLASSES + [math.log(1e10), math.log(2e-6)],
+                         jnp.float32)  # fmt: skip
+    theta, hist = fit_params(theta0, data, steps, jnp.float32(lr), jnp.float32(e2e_weight))
+    theta = np.asarray(theta, np.float64)
+    cap = float(mem_capacity) if mem_capacity else _physical_memory()
+    plat = to_platform(theta, cap)
+    plat = Platform.create(**{f: np.asarray(getattr(plat, f)) for f in plat.__dataclass_fields__})
+    return FitResult(
+        platform=plat,
+        theta=theta,
+        history=np.asarray(hist, np.float64),
+        fitted_on=tuple(f"{p.source} {p.dims}" for _, p in pairs),
+    )
+
+
+def _physical_memory() -> float:
+    try:
+        return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return 16 * 2.0**30
+
+
+def predict(platform_or_fit, pairs: Sequence[tuple[Imported, Profile]]):
+    """Predicted per-op times (list of f64[n_ops]) and latencies (f64[K]) on device 0, in s."""
+    theta = jnp.asarray(_theta_of(platform_or_fit), jnp.float32)
+    times, lats = [], []
+    for pair in pairs:  # one graph at a time: graphs in one size bucket share a compilation
+        data = _data([pair])
+        pred, lat = _predict(theta, data.graphs, data.batch)
+        times.append(np.asarray(pred, np.float64)[0, : pair[0].graph.n_max])
+        lats.append(float(lat[0]))
+    return times, np.asarray(lats)
+
+
+def _theta_of(p) -> np.ndarray:
+    if isinstance(p, FitResult):
+        return p.theta
+    if isinstance(p, Platform):
+        peak = np.asarray(p.peak)[0]
+        if (peak <= 0).any():
+            raise HetjaxError("predict: device 0 must support every op class")
+        return np.log(np.concatenate([peak, np.asarray(p.mem_bw)[:1], np.asarray(p.launch)[:1]]))
+    return np.asarray(p, np.float64)
+
+
+def _spearman(a: np.ndarray, b: np.ndarray) -> float:
+    from scipy.stats import spearmanr
+
+    if len(a) < 3:
+        return float("nan")
+    return float(spearmanr(a, b).statistic)
+
+
+def fidelity(platform_or_fit, pairs: Sequence[tuple[Imported, Profile]]) -> list[dict]:
+    """Per profile: nodes, share of per-node predictions within +/-10% and +/-25%, Spearman rank
+    correlation of per-node times, measured / predicted latency (s) and the relative error."""
+    preds, lats = predict(platform_or_fit, pairs)
+    rows = []
+    for (imp, prof), pred, lat in zip(pairs, preds, lats, strict=True):
+        meas, mask = _measured_for(imp, prof)
+        r = pred[mask] / meas[mask]
+        rows.append(dict(
+            model=Path(prof.source).stem, source=prof.source, dims=prof.dims,
+            nodes=int(mask.sum()), within_10=float(np.mean(np.abs(r - 1) <= 0.10)),
+            within_25=float(np.mean(np.abs(r - 1) <= 0.25)),
+            spearman=_spearman(pred[mask], meas[mask]), measured_latency=prof.latency,
+            predicted_latency=float(lat), latency_error=float(lat / prof.latency - 1.0),
+        ))  # fmt: skip
+    return rows
+
+
+# --- jobs ---------------------------------------------------------------------------------------
+def cpu_name() -> str:
+    """The CPU model name of this machine (from /proc/cpuinfo where available)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return _platform.processor() or _platform.machine() or "CPU"
+
+
+def _resolve_models(models: Sequence, workdir: str) -> list[tuple[str, object]]:
+    """(display name, path or ModelProto) per model: files as given, built-in names exported
+    (float32, symbolic batch/sequence) into `workdir`."""
+    from hetjax.graphs.transformers import MODELS
+    from hetjax.onnx.exporter import export_transformer
+
+    out = []
+    for m in models:
+        if isinstance(m, onnx.ModelProto):
+            out.append((m.graph.name or "model", m))
+        elif os.path.exists(str(m)):
+            out.append((Path(m).stem, str(m)))
+        elif isinstance(m, str) and m in MODELS:
+            out.append((m, str(export_transformer(m, Path(workdir) / f"{m}.onnx"))))
+        else:
+            raise OnnxImportError(
+                f"{m!r}: no such ONNX file and not a built-in model ({', '.join(MODELS)})"
+            )
+    return out
+
+
+def _profile_all(models, dims_list, *, repeats, warmup, threads, stat, log):
+    pairs, names = [], []
+    for name, src in models:
+        seen = set()
+        model, label = read_model(src)
+        for dims in dims_list:
+            shapes = tuple(sorted(_resolve_inputs(model, label, dims)[0].items()))
+            if shapes in seen:  # e.g. a ViT ignores "sequence"
+                continue
+            seen.add(shapes)
+            t0 = time.perf_counter()
+            prof = profile_model(src, dims, repeats=repeats, warmup=warmup, threads=threads,
+                                 stat=stat)  # fmt: skip
+            pairs.append((import_model(src, dims, granularity="op", warn=False), prof))
+            names.append(name)
+            if log:  # noqa: SIM102
+                log(f"profiled {name} {dims}: latency {prof.latency * 1e3:.2f} ms "
+                    f"({time.perf_counter() - t0:.1f} s)")  # fmt: skip
+    return pairs, names
+
+
+def calibrate(
+    models: Sequence,
+    dims_list: Sequence[Mapping[str, int]] | None = None,
+    *,
+    repeats: int = 5,
+    warmup: int = 2,
+    threads: int = 1,
+    stat: str = "median",
+    steps: int = 600,
+    lr: float = 0.05,
+    e2e_weight: float = 1.0,
+    out: str | os.PathLike | None = None,
+    log=None,
+) -> tuple[FitResult, list[dict]]:
+    """Profile `models` (ONNX files or built-in names) at each dims in `dims_list`, fit a CPU
+    platform, optionally save it to `out` (`hj.hardware.load` reads it back). Returns the fit
+    and its in-sample fidelity rows."""
+    dims_list = [dict(DEFAULT_DIMS)] if not dims_list else [dict(d) for d in dims_list]
+    with tempfile.TemporaryDirectory(prefix="hetjax-cal-") as tmp:
+        resolved = _resolve_models(models, tmp)
+        pairs, names = _profile_all(resolved, dims_list, repeats=repeats, warmup=warmup,
+                                    threads=threads, stat=stat, log=log)  # fmt: skip
+    result = fit(pairs, steps=steps, lr=lr, e2e_weight=e2e_weight)
+    rows = fidelity(result, pairs)
+    for row, name in zip(rows, names, strict=True):
+        row["model"] = name
+    if out is not None:
+        save_platform(result, out, [f"{n} {p.dims}" for n, (_, p) in zip(names, pairs,
+                                                                       strict=True)],
+                      threads=threads, repeats=repeats, rows=rows)  # fmt: skip
+    return result, rows
+
+
+def device_name(threads: int) -> str:
+    import onnxruntime as ort
+
+    t = "thread" if threads == 1 else "threads"
+    return f"{cpu_name()} ({threads} {t}, ONNX Runtime {ort.__version__} CPU, calibrated)"
+
+
+def save_platform(result: FitResult, path, fitted_on, *, threads, repeats, rows=None):
+    """Save a fitted platform (atomic JSON via `hj.hardware.save`) with calibration metadata."""
+    from hetjax.hardware.core import save
+
+    return save(
+        result.platform,
+        path,
+        device_names=[device_name(threads)],
+        calibration=dict(
+            params=result.params(), fitted_on=list(fitted_on), threads=threads,
+            repeats=repeats, final_loss=result.history[-1].tolist(),
+            b_half="fixed at 0 (batch-1 profiles)", energy="not calibrated (p_busy = p_idle = 0)",
+            in_sample=rows or [],
+        ),
+    )  # fmt: skip
+
+
+def run_fidelity(
+    fit_models: Sequence = ("bert-mini", "bert-small"),
+    test_models: Sequence = ("bert-base", "gpt2"),
+    seqs: Sequence[int] = (64, 128),
+    *,
+    batch: int = 1,
+    repeats: int = 7,
+    warmup: int = 2,
+    threads: int = 1,
+    stat: str = "median",
+    steps: int = 600,
+    lr: float = 0.05,
+    e2e_weight: float = 1.0,
+    log=None,
+) -> tuple[FitResult, dict]:
+    """Fit on `fit_models`, score on `test_models` it never saw (each at every seq length).
+
+    Returns the fit and a JSON-able report: machine, settings, fitted parameters, one row per
+    (model, seq) for the fit set and the held-out set, and a summary of the held-out rows.
+    """
+    dims_list = [{"batch": batch, "sequence": int(s)} for s in seqs]
+    t_start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="hetjax-fid-") as tmp:
+        fit_pairs, fit_names = _profile_all(
+            _resolve_models(fit_models, tmp), dims_list, repeats=repeats, warmup=warmup,
+            threads=threads, stat=stat, log=log,
+        )  # fmt: skip
+        test_pairs, test_names = _profile_all(
+            _resolve_models(test_models, tmp), dims_list, repeats=repeats, warmup=warmup,
+            threads=threads, stat=stat, log=log,
+        )  # fmt: skip
+    result = fit(fit_pairs, steps=steps, lr=lr, e2e_weight=e2e_weight)
+    fit_rows = fidelity(result, fit_pairs)
+    test_rows = fidelity(result, test_pairs)
+    for rows, names in ((fit_rows, fit_names), (test_rows, test_names)):
+        for row, name in zip(rows, names, strict=True):
+            row["model"] = name
+    import onnxruntime as ort
+
+    errs = np.array([abs(r["latency_error"]) for r in test_rows])
+    report = dict(
+        machine=dict(
+            cpu=cpu_name(), cores=os.cpu_count(), onnxruntime=ort.__version__, load_after=_load()
+        ),  # fmt: skip
+        settings=dict(
+            fit_models=list(map(str, fit_models)),
+            test_models=list(map(str, test_models)),
+            seqs=[int(s) for s in seqs],
+            batch=batch,
+            repeats=repeats,
+            warmup=warmup,
+            threads=threads,
+            stat=stat,
+            clock=fit_pairs[0][1].clock,
+            steps=steps,
+            lr=lr,
+            e2e_weight=e2e_weight,
+        ),
+        params=result.params(),
+        final_loss=result.history[-1].tolist(),
+        fit=fit_rows,
+        test=test_rows,
+        summary=dict(
+            held_out_max_abs_latency_error=float(errs.max()),
+            held_out_mean_abs_latency_error=float(errs.mean()),
+            held_out_min_spearman=float(min(r["spearman"] for r in test_rows)),
+            held_out_mean_within_10=float(np.mean([r["within_10"] for r in test_rows])),
+            held_out_mean_within_25=float(np.mean([r["within_25"] for r in test_rows])),
+            seconds=time.perf_counter() - t_start,
+        ),
+    )
+    return result, report

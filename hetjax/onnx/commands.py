@@ -1,0 +1,181 @@
+"""CLI jobs `hetjax calibrate` and `hetjax fidelity` (registered by `hetjax.cli`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from hetjax.errors import HetjaxError
+
+__all__ = ["register", "calibrate_cmd", "fidelity_cmd"]
+
+
+def _dims(seqs: list[int], batch: int, extra: list[str]) -> list[dict]:
+    """One dims dict per sequence length, with `--dim name=value` entries added to each."""
+    more = {}
+    for item in extra:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise HetjaxError(f"--dim {item!r}: use NAME=VALUE, e.g. --dim past_length=0")
+        try:
+            more[name] = int(value)
+        except ValueError:
+            raise HetjaxError(f"--dim {item!r}: the value must be an integer") from None
+    if batch < 1 or any(s < 1 for s in seqs):
+        raise HetjaxError(f"--batch {batch} and --seq {seqs} must be >= 1")
+    return [{"batch": batch, "sequence": s, **more} for s in seqs]
+
+
+def _write_json(doc: dict, path: str | os.PathLike) -> Path:
+    """Write JSON atomically (temp file in the same folder, then os.replace)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(doc, fh, indent=1)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def _rows_table(title: str, rows: list[dict]):
+    from rich.table import Table
+
+    t = Table(title=title)
+    for col in ("model", "seq", "nodes", "within 10%", "within 25%", "Spearman",
+                "measured ms", "predicted ms", "latency error"):  # fmt: skip
+        t.add_column(col, justify="left" if col == "model" else "right")
+    for r in rows:
+        t.add_row(
+            r["model"], str(r["dims"].get("sequence", "-")), str(r["nodes"]),
+            f"{r['within_10'] * 100:.1f}%", f"{r['within_25'] * 100:.1f}%",
+            f"{r['spearman']:.3f}", f"{r['measured_latency'] * 1e3:.2f}",
+            f"{r['predicted_latency'] * 1e3:.2f}", f"{r['latency_error'] * 100:+.1f}%",
+        )  # fmt: skip
+    return t
+
+
+def _params_table(params: dict):
+    from rich.table import Table
+
+    t = Table(title="fitted CPU device")
+    t.add_column("parameter")
+    t.add_column("value", justify="right")
+    for k, v in params.items():
+        unit = "GFLOP/s" if k.startswith("peak") else ("GB/s" if k == "mem_bw" else "us")
+        scale = 1e-9 if unit in ("GFLOP/s", "GB/s") else 1e6
+        t.add_row(k, f"{v * scale:.3f} {unit}")
+    return t
+
+
+Models = Annotated[list[str], typer.Argument(help="ONNX files or built-in model names")]
+Seq = Annotated[list[int] | None, typer.Option("--seq", help="sequence length(s) to profile")]
+Batch = Annotated[int, typer.Option(help="batch dimension")]
+DimOpt = Annotated[list[str] | None, typer.Option("--dim", help="more dims: NAME=VALUE")]
+Repeats = Annotated[int, typer.Option(help="measured runs per model (median)")]
+Warmup = Annotated[int, typer.Option(help="dropped warm-up runs")]
+Threads = Annotated[int, typer.Option(help="ONNX Runtime intra-op threads")]
+Steps = Annotated[int, typer.Option(help="Adam steps")]
+Lr = Annotated[float, typer.Option(help="Adam learning rate (log space)")]
+E2E = Annotated[float, typer.Option("--e2e-weight", help="weight of the end-to-end term")]
+
+
+def calibrate_cmd(
+    models: Models,
+    out: Annotated[Path, typer.Option(help="platform JSON to write")] = Path("platform.json"),
+    seq: Seq = None,
+    batch: Batch = 1,
+    dim: DimOpt = None,
+    repeats: Repeats = 5,
+    warmup: Warmup = 2,
+    threads: Threads = 1,
+    steps: Steps = 600,
+    lr: Lr = 0.05,
+    e2e_weight: E2E = 1.0,
+):
+    """Profile ONNX models with ONNX Runtime (CPU) and fit a `cpu` device; save it as a platform.
+
+    The saved file loads with `hj.hardware.load` and works as `--platform FILE` in other jobs.
+    """
+    from rich.console import Console
+
+    from hetjax.onnx.calibrate import calibrate
+
+    console = Console()
+    dims = _dims(seq or [128], batch, dim or [])
+    result, rows = calibrate(
+        models, dims, repeats=repeats, warmup=warmup, threads=threads, steps=steps, lr=lr,
+        e2e_weight=e2e_weight, out=out, log=console.print,
+    )  # fmt: skip
+    console.print(_params_table(result.params()))
+    console.print(_rows_table("in-sample fidelity (the models it was fitted on)", rows))
+    console.print(f"wrote {out}")
+
+
+def fidelity_cmd(
+    fit: Annotated[list[str] | None, typer.Option("--fit", help="models to fit on")] = None,
+    test: Annotated[list[str] | None, typer.Option("--test", help="held-out models")] = None,
+    seq: Seq = None,
+    batch: Batch = 1,
+    repeats: Repeats = 7,
+    warmup: Warmup = 2,
+    threads: Threads = 1,
+    steps: Steps = 600,
+    lr: Lr = 0.05,
+    e2e_weight: E2E = 1.0,
+    out: Annotated[Path, typer.Option(help="report JSON to write")] = Path("fidelity.json"),
+    platform_out: Annotated[Path | None, typer.Option(help="also save the platform")] = None,
+):
+    """Fit on some models, test on others it never saw: per-node accuracy, Spearman rank
+    correlation and end-to-end latency error per held-out model and sequence length."""
+    from rich.console import Console
+
+    from hetjax.onnx.calibrate import run_fidelity, save_platform
+
+    console = Console()
+    fit = fit or ["bert-mini", "bert-small"]
+    test = test or ["bert-base", "gpt2"]
+    overlap = set(fit) & set(test)
+    if overlap:
+        raise HetjaxError(f"--fit and --test share {sorted(overlap)}: held-out means unseen")
+    seqs = seq or [64, 128]
+    _dims(seqs, batch, [])
+    result, report = run_fidelity(
+        fit, test, seqs, batch=batch, repeats=repeats, warmup=warmup, threads=threads,
+        steps=steps, lr=lr, e2e_weight=e2e_weight, log=console.print,
+    )  # fmt: skip
+    report["command"] = "hetjax fidelity " + " ".join(
+        [f"--fit {m}" for m in fit] + [f"--test {m}" for m in test]
+        + [f"--seq {s}" for s in seqs] + [f"--repeats {repeats}", f"--threads {threads}"]
+    )  # fmt: skip
+    console.print(_params_table(result.params()))
+    console.print(_rows_table("fitted on", report["fit"]))
+    console.print(_rows_table("held out (never seen by the fit)", report["test"]))
+    s = report["summary"]
+    console.print(
+        f"held out: max |latency error| {s['held_out_max_abs_latency_error'] * 100:.1f}%, "
+        f"min Spearman {s['held_out_min_spearman']:.3f}, mean within 10% / 25%: "
+        f"{s['held_out_mean_within_10'] * 100:.1f}% / {s['held_out_mean_within_25'] * 100:.1f}% "
+        f"({s['seconds']:.0f} s, load average {report['machine']['load_after']:.1f})"
+    )
+    _write_json(report, out)
+    console.print(f"wrote {out}")
+    if platform_out is not None:
+        save_platform(result, platform_out, [r["model"] for r in report["fit"]],
+                      threads=threads, repeats=repeats, rows=report["fit"])  # fmt: skip
+        console.print(f"wrote {platform_out}")
+
+
+def register(app: typer.Typer) -> None:
+    """Attach `calibrate` and `fidelity` to the `hetjax` CLI."""
+    app.command("calibrate")(calibrate_cmd)
+    app.command("fidelity")(fidelity_cmd)

@@ -1,0 +1,919 @@
+"""ONNX model -> `LayerGraph`: shapes, per-node FLOP/bytes, SPEC op classes, blocks, predecessors.
+
+Conventions (per node, at the shapes resolved from `dims`; docs/calibration.md has the table):
+
+- FLOP: MatMul 2*prod(out)*k; Gemm 2*M*N*K (+M*N with a bias); Conv 2*prod(out)*Cin/g*prod(kernel)
+  (+prod(out) with a bias); Einsum 2*prod(all index sizes); Softmax 5, LayerNormalization 8,
+  RMS norms 6, BatchNormalization 2 per element; reductions 1 per input element; transcendental
+  functions (Erf, Tanh, Exp, Sigmoid, ...) 4 and Gelu 8 per output element; other arithmetic,
+  comparisons, selects and data movement (Transpose, Concat, Slice, Gather, Cast, Expand, ...) 1
+  per output element (an element written); views (Reshape, Squeeze, Unsqueeze, Flatten,
+  Identity) and Shape/Size 0.
+- Bytes: `param_bytes` = float initializers (and float Constant nodes), each charged once, to its
+  first consumer that is not a Gather (a tied embedding table is charged to the LM head that
+  streams it), else to its first consumer; integer constants (shapes, axes, indices) are not
+  parameters. `act_bytes` = bytes of the non-constant inputs read + outputs written (Shape/Size
+  read no data: outputs only; views move no data: 0); `out_bytes` = bytes of the outputs.
+  Sizes use each tensor's real dtype; `dtype_bytes` overrides the size of floating-point
+  elements (e.g. 2 to compare an fp32 export with the fp16 built-in graphs).
+- Per sample: FLOP and activation/output bytes are divided by the batch dimension's value when
+  the model has a symbolic batch dimension.
+- Classes: Gather from a float table EMBED; MatMul/Gemm/Einsum with a constant operand and every
+  Conv MATMUL, with only activation operands ATTN; softmax, norms, reductions NORM; arithmetic,
+  activations, Transpose and Cast ELEMWISE; shape ops, slicing, masks (Where, comparisons, Trilu)
+  and anything unknown CONTROL (unknown op types also cost 1 FLOP per output element and are
+  listed in one `OnnxImportWarning`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+from google.protobuf.message import DecodeError
+from onnx import TensorProto, helper, numpy_helper
+
+from hetjax.errors import GraphError, OnnxImportError
+from hetjax.graphs.core import (
+    ATTENTION,
+    ATTN,
+    BLOCK_KINDS,
+    CONTROL,
+    ELEMWISE,
+    EMBED,
+    EMBEDDING,
+    FFN,
+    MATMUL,
+    NORM,
+    OTHER,
+    LayerGraph,
+    pad,
+)
+from hetjax.graphs.transformers import GraphBuilder
+
+__all__ = [
+    "load_graph",
+    "import_model",
+    "Imported",
+    "OnnxImportWarning",
+    "DEFAULT_DIMS",
+    "DEFAULT_P",
+    "OP_TABLE",
+    "node_names",
+    "read_model",
+]
+
+DEFAULT_DIMS = {"batch": 1, "sequence": 128}
+DEFAULT_P = 4
+# Symbolic dimension names the usual exporters use, mapped to the `dims` key that sets them.
+DIM_ALIASES = {
+    "batch_size": "batch", "batch": "batch",
+    "sequence_length": "sequence", "seq_len": "sequence", "seq_length": "sequence",
+    "sequence": "sequence", "seq": "sequence",
+}  # fmt: skip
+_SMALL = 4096  # integer tensors up to this many elements are evaluated (shape arithmetic)
+
+
+class OnnxImportWarning(UserWarning):
+    """An ONNX graph was imported with a documented approximation (unknown ops, pruned preds)."""
+
+
+# --- op table: op type -> (class, FLOP per output element or a rule name) ------------------
+def _ops(names: str) -> list[str]:
+    return names.split()
+
+
+_ARITH = _ops(
+    "Add Sub Mul Div Pow Sqrt Neg Abs Reciprocal Max Min Mean Sum Clip Relu LeakyRelu PRelu "
+    "Floor Ceil Round Sign Mod ThresholdedRelu BitShift Shrink"
+)
+_TRANSC = _ops(
+    "Erf Tanh Sigmoid Exp Log Cos Sin Tan Softplus Softsign Elu Selu Celu HardSigmoid HardSwish "
+    "Mish Atan Asin Acos Sinh Cosh Asinh Acosh Atanh"
+)
+_MASK = _ops("Where Equal Less Greater LessOrEqual GreaterOrEqual Not And Or Xor IsNaN IsInf")
+_MOVE = _ops(
+    "Concat Split Slice GatherElements GatherND ScatterND ScatterElements Expand Tile Pad Range "
+    "ConstantOfShape Trilu Dropout DepthToSpace SpaceToDepth OneHot NonZero Compress "
+    "ReverseSequence EyeLike"
+)
+_VIEW = _ops("Reshape Flatten Squeeze Unsqueeze Identity")
+_REDUCE = _ops(
+    "ReduceMean ReduceSum ReduceMax ReduceMin ReduceProd ReduceL1 ReduceL2 ReduceLogSum "
+    "ReduceLogSumExp ReduceSumSquare ArgMax ArgMin TopK CumSum"
+)
+OP_TABLE: dict[str, tuple[int, float | str]] = {
+    **{op: (ELEMWISE, 1.0) for op in _ARITH},
+    **{op: (ELEMWISE, 4.0) for op in _TRANSC},
+    **{op: (CONTROL, 1.0) for op in _MASK},
+    **{op: (CONTROL, 1.0) for op in _MOVE},
+    **{op: (CONTROL, 0.0) for op in _VIEW},
+    **{op: (NORM, "reduce") for op in _REDUCE},
+    "Gelu": (ELEMWISE, 8.0),
+    "Transpose": (ELEMWISE, 1.0),
+    "Cast": (ELEMWISE, 1.0),
+    "CastLike": (ELEMWISE, 1.0),
+    "Shape": (CONTROL, 0.0),
+    "Size": (CONTROL, 0.0),
+    "Softmax": (NORM, 5.0),
+    "LogSoftmax": (NORM, 5.0),
+    "Hardmax": (NORM, 2.0),
+    "LayerNormalization": (NORM, 8.0),
+    "GroupNormalization": (NORM, 8.0),
+    "InstanceNormalization": (NORM, 8.0),
+    "MeanVarianceNormalization": (NORM, 8.0),
+    "RMSNormalization": (NORM, 6.0),
+    "SimplifiedLayerNormalization": (NORM, 6.0),
+    "BatchNormalization": (NORM, 2.0),
+    "LpNormalization": (NORM, 3.0),
+    "Gather": (CONTROL, "gather"),
+    "MatMul": (ATTN, "matmul"),
+    "MatMulInteger": (ATTN, "matmul"),
+    "Gemm": (ATTN, "gemm"),
+    "Einsum": (ATTN, "einsum"),
+    "Conv": (MATMUL, "conv"),
+    "ConvInteger": (MATMUL, "conv"),
+    "ConvTranspose": (MATMUL, "convT"),
+}
+_NO_READ = {"Shape", "Size"}  # read only their input's metadata
+_NO_DATA = set(_VIEW)  # views: the output aliases the input (ONNX Runtime CPU), no data moves
+_FLOAT_TYPES = {
+    TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.DOUBLE,
+    *(getattr(TensorProto, n) for n in ("FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2",
+                                        "FLOAT8E5M2FNUZ") if hasattr(TensorProto, n)),
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Imported:
+    """An imported ONNX graph with the names that tie it back to the file (index = op index)."""
+
+    graph: LayerGraph
+    source: str  # file path or "<ModelProto name>"
+    op_names: tuple[str, ...]  # ONNX node name of each op
+    op_types: tuple[str, ...]  # ONNX op type of each op
+    block_names: tuple[str, ...]  # label of each block
+    batch: int  # value of the batch dimension the quantities were divided by
+    unknown_ops: tuple[str, ...] = ()  # op types charged with the fallback
+    pruned: tuple[str, ...] = ()  # nodes that kept only their P largest inputs
+    estimated_shapes: tuple[str, ...] = ()  # nodes whose output shape had to be estimated
+
+
+# --- reading --------------------------------------------------------------------------------
+def read_model(path_or_model) -> tuple[onnx.ModelProto, str]:
+    """Parse an ONNX file (weights not loaded from external data) or pass a ModelProto through.
+
+    Raises `OnnxImportError` naming the file when it is missing, not ONNX, or truncated/corrupt.
+    """
+    if isinstance(path_or_model, onnx.ModelProto):
+        label = f"<ModelProto {path_or_model.graph.name or 'unnamed'}>"
+        _check_structure(path_or_model, label)
+        return path_or_model, label
+    if not isinstance(path_or_model, (str, os.PathLike)):
+        raise OnnxImportError(
+            f"expected an ONNX file path or onnx.ModelProto, got {type(path_or_model).__name__}"
+        )
+    path = Path(path_or_model)
+    label = str(path)
+    if not path.is_file():
+        raise OnnxImportError(f"{label}: no such ONNX file")
+    data = path.read_bytes()
+    model = onnx.ModelProto()
+    try:
+        model.ParseFromString(data)
+    except DecodeError as err:
+        # Every serialized ModelProto starts with field 1 (ir_version, varint): byte 0x08.
+        what = "truncated or corrupt ONNX file" if data[:1] == b"\x08" else "not an ONNX file"
+        raise OnnxImportError(f"{label}: {what} ({err})") from None
+    if not data or data[:1] != b"\x08" or not model.HasField("graph"):
+        raise OnnxImportError(f"{label}: not an ONNX file (no model graph)")
+    if not model.opset_import:
+        raise OnnxImportError(f"{label}: truncated or corrupt ONNX file (no opset_import)")
+    _check_structure(model, label)
+    return model, label
+
+
+def _check_structure(model: onnx.ModelProto, label: str) -> None:
+    """Every node input and graph output must be produced by something (else: truncated)."""
+    g = model.graph
+    if not g.node:
+        raise OnnxImportError(f"{label}: the graph has no nodes")
+    known = {t.name for t in g.initializer} | {v.name for v in g.input} | {""}
+    produced = {o for n in g.node for o in n.output}
+    for i, n in enumerate(g.node):
+        for x in n.input:
+            if x not in known and x not in produced:
+                raise OnnxImportError(
+                    f"{label}: node {node_label(n, i)} reads {x!r}, which no node, input or "
+                    "initializer provides (truncated or corrupt file?)"
+                )
+    for o in g.output:
+        if o.name not in known and o.name not in produced:
+            raise OnnxImportError(
+                f"{label}: graph output {o.name!r} is produced by no node (truncated or corrupt?)"
+            )
+
+
+def node_label(node: onnx.NodeProto, index: int) -> str:
+    return f"{node.name!r} ({node.op_type})" if node.name else f"#{index} ({node.op_type})"
+
+
+def node_names(model: onnx.ModelProto) -> list[str]:
+    """The name used for each node: its own name, or `<op_type>_<index>` when it has none."""
+    return [n.name or f"{n.op_type}_{i}" for i, n in enumerate(model.graph.node)]
+
+
+def _toposort(model: onnx.ModelProto, label: str) -> list[int]:
+    """Node indices in a topological order (the file's own order when it already is one)."""
+    g = model.graph
+    avail = {t.name for t in g.initializer} | {v.name for v in g.input} | {""}
+    producer = {o: i for i, n in enumerate(g.node) for o in n.output}
+    ok = True
+    seen = set(avail)
+    for n in g.node:
+        if any(x not in seen for x in n.input):
+            ok = False
+            break
+        seen.update(n.output)
+    if ok:
+        return list(range(len(g.node)))
+    indeg = []
+    users: dict[int, list[int]] = {}
+    for i, n in enumerate(g.node):
+        deps = {producer[x] for x in n.input if x not in avail and x in producer}
+        indeg.append(len(deps))
+        for j in deps:
+            users.setdefault(j, []).append(i)
+    import heapq
+
+    ready = [i for i, k in enumerate(indeg) if k == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for u in users.get(i, ()):
+            indeg[u] -= 1
+            if indeg[u] == 0:
+                heapq.heappush(ready, u)
+    if len(order) != len(g.node):
+        stuck = next(i for i, k in enumerate(indeg) if k > 0)
+        raise OnnxImportError(f"{label}: the graph has a cycle through node "
+                              f"{node_label(g.node[stuck], stuck)}")  # fmt: skip
+    return order
+
+
+# --- shapes ---------------------------------------------------------------------------------
+def _resolve_inputs(model, label, dims) -> tuple[dict[str, tuple[int, ...]], dict[str, int], int]:
+    """Concrete shapes of the graph inputs from `dims`; also the dtypes and the batch value."""
+    init_names = {t.name for t in model.graph.initializer}
+    dims = dict(dims or {})
+    shapes, dtypes, missing, batch = {}, {}, [], None
+    for vi in model.graph.input:
+        if vi.name in init_names:
+            continue
+        tt = vi.type.tensor_type
+        dtypes[vi.name] = tt.elem_type
+        shape = []
+        for axis, d in enumerate(tt.shape.dim):
+            if d.HasField("dim_value") and d.dim_value > 0:
+                shape.append(d.dim_value)
+                continue
+            key = d.dim_param if d.HasField("dim_param") and d.dim_param else f"{vi.name}[{axis}]"
+            alias = DIM_ALIASES.get(key)
+            val = dims.get(key, dims.get(alias) if alias else None)
+            if val is None:
+                missing.append(key)
+                shape.append(1)
+                continue
+            if int(val) < 1:
+                raise OnnxImportError(f"{label}: dims[{key!r}] = {val}: must be >= 1")
+            shape.append(int(val))
+            if (alias or key) == "batch":
+                batch = int(val)
+        shapes[vi.name] = tuple(shape)
+    if missing:
+        names = sorted(set(missing))
+        example = ", ".join(f"{n!r}: ..." for n in names)
+        raise OnnxImportError(
+            f"{label}: unresolved symbolic dimension(s) {names} of the graph inputs; pass "
+            f"dims={{{example}}}"
+        )
+    return shapes, dtypes, batch or 1
+
+
+def _light_model(model, input_shapes) -> onnx.ModelProto:
+    """A copy without large weight data, inputs fixed to concrete shapes (for shape inference)."""
+    light = onnx.ModelProto()
+    light.ir_version = model.ir_version
+    light.opset_import.extend(model.opset_import)
+    g = light.graph
+    g.node.extend(model.graph.node)
+    for t in model.graph.initializer:
+        shell = TensorProto(name=t.name, data_type=t.data_type)
+        shell.dims.extend(t.dims)
+        if math.prod(t.dims) <= _SMALL and t.data_location != TensorProto.EXTERNAL:
+            shell.CopyFrom(t)
+        g.initializer.append(shell)
+    init_names = {t.name for t in model.graph.initializer}
+    for vi in model.graph.input:
+        if vi.name in init_names:
+            continue
+        new = helper.make_tensor_value_info(vi.name, vi.type.tensor_type.elem_type,
+                                            list(input_shapes[vi.name]))  # fmt: skip
+        g.input.append(new)
+    g.output.extend(model.graph.output)
+    return light
+
+
+def _constant_value(node, label, index) -> tuple[np.ndarray, int]:
+    """The value of a Constant node and its ONNX element type."""
+    if not node.attribute:
+        raise OnnxImportError(f"{label}: Constant node {node_label(node, index)} has no value")
+    at = node.attribute[0]
+    v = helper.get_attribute_value(at)
+    if at.name == "value":
+        return numpy_helper.to_array(v), v.data_type
+    if at.name in ("value_float", "value_floats"):
+        return np.asarray(v, np.float32), TensorProto.FLOAT
+    if at.name in ("value_int", "value_ints"):
+        return np.asarray(v, np.int64), TensorProto.INT64
+    if at.name == "sparse_value":
+        return np.zeros(tuple(v.dims), np.float32), v.values.data_type
+    return np.asarray(v, object), TensorProto.STRING
+
+
+def _static(tp: onnx.TypeProto | None):
+    """(shape, elem_type) of a tensor type with every dim known, else None."""
+    if tp is None or not tp.HasField("tensor_type"):
+        return None
+    tt = tp.tensor_type
+    if not tt.HasField("shape") or not tt.elem_type:
+        return None
+    shape = []
+    for d in tt.shape.dim:
+        if not d.HasField("dim_value") or d.dim_value < 0:
+            return None
+        shape.append(d.dim_value)
+    return tuple(shape), tt.elem_type
+
+
+def _eval_small(op, node, values, shapes):
+    """numpy value of a small integer shape-arithmetic node, or None."""
+    a = [values.get(x) if x else None for x in node.input]
+    attrs = {at.name: helper.get_attribute_value(at) for at in node.attribute}
+    try:
+        if op == "Shape":
+            s = np.asarray(shapes[node.input[0]], np.int64)
+            return s[attrs.get("start", 0) : attrs.get("end", len(s))]
+        if op == "Size":
+            return np.asarray(math.prod(shapes[node.input[0]]), np.int64)
+        if any(v is None for v, x in zip(a, node.input, strict=True) if x):
+            return None
+        if op == "Gather":
+            return np.take(a[0], a[1], axis=attrs.get("axis", 0))
+        if op == "Slice":
+            ax = a[3] if len(a) > 3 and a[3] is not None else range(len(a[1]))
+            st = a[4] if len(a) > 4 and a[4] is not None else [1] * len(a[1])
+            sl = [slice(None)] * a[0].ndim
+            for axis, b, e, s in zip(ax, a[1], a[2], st, strict=True):
+                sl[int(axis)] = slice(int(b), int(e), int(s))
+            return a[0][tuple(sl)]
+        if op == "Concat":
+            return np.concatenate([np.atleast_1d(v) for v in a], axis=attrs["axis"])
+        if op == "Unsqueeze":
+            axes = a[1] if len(a) > 1 else attrs["axes"]
+            out = a[0]
+            for ax in sorted(int(x) % (a[0].ndim + len(axes)) for x in np.atleast_1d(axes)):
+                out = np.expand_dims(out, ax)
+            return out
+        if op == "Squeeze":
+            axes = a[1] if len(a) > 1 else attrs.get("axes")
+            return np.squeeze(a[0], None if axes is None else tuple(int(x) for x in axes))
+        if op in ("Cast", "Identity"):
+            return a[0]
+        if op == "Range":
+            return np.arange(a[0], a[1], a[2])
+        if op in ("Add", "Sub", "Mul", "Div", "Max", "Min", "Equal"):
+            f = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Max": np.maximum,
+                 "Min": np.minimum, "Equal": np.equal, "Div": np.floor_divide}[op]  # fmt: skip
+            return f(a[0], a[1])
+        if op == "Where":
+            return np.where(a[0], a[1], a[2])
+        if op == "Neg":
+            return -a[0]
+        if op == "ReduceProd":
+            return np.prod(a[0], keepdims=bool(attrs.get("keepdims", 1)))
+        if op == "Reshape":
+            return a[0].reshape([int(d) if d != 0 else a[0].shape[i] for i, d in enumerate(a[1])])
+        if op == "ConstantOfShape":
+            fill = numpy_helper.to_array(attrs["value"]) if "value" in attrs else np.zeros(1)
+            return np.full(tuple(int(d) for d in a[0]), fill.reshape(-1)[0])
+    except (KeyError, ValueError, IndexError, TypeError):
+        return None
+    return None
+
+
+# --- FLOP --------------------------------------------------------------------------------------
+def _flops(node, rule, in_shapes, out_shapes) -> float:
+    """FLOP of one node: `rule` is FLOP per output element or the name of a rule below."""
+    out = sum(math.prod(s) for s in out_shapes)
+    if not isinstance(rule, str):
+        return float(rule) * out
+    attrs = {at.name: helper.get_attribute_value(at) for at in node.attribute}
+    if rule == "matmul":
+        a = in_shapes[0]
+        k = a[-1] if a else 1
+        return 2.0 * math.prod(out_shapes[0]) * k
+    if rule == "gemm":
+        a = in_shapes[0]
+        k = a[0] if attrs.get("transA", 0) else a[-1]
+        mn = math.prod(out_shapes[0])
+        has_c = len(node.input) > 2 and node.input[2] != ""
+        return 2.0 * mn * k + (mn if has_c else 0.0)
+    if rule == "conv":
+        w = in_shapes[1]
+        has_b = len(node.input) > 2 and node.input[2] != ""
+        o = math.prod(out_shapes[0])
+        return 2.0 * o * math.prod(w[1:]) + (o if has_b else 0.0)
+    if rule == "convT":
+        w = in_shapes[1]
+        return 2.0 * math.prod(in_shapes[0]) * math.prod(w[1:])
+    if rule == "einsum":
+        eq = attrs.get("equation", b"")
+        eq = eq.decode() if isinstance(eq, bytes) else eq
+        lhs = eq.replace(" ", "").split("->")[0].split(",")
+        sizes = {}
+        for term, shape in zip(lhs, in_shapes, strict=False):
+            letters = [c for c in term if c.isalpha()]
+            for c, s in zip(letters[-len(shape) :] if shape else [], shape[-len(letters) :] if
+                            letters else [], strict=False):  # fmt: skip
+                sizes[c] = s
+        return 2.0 * math.prod(sizes.values()) if sizes else float(out)
+    if rule == "reduce":
+        return float(math.prod(in_shapes[0])) if in_shapes else float(out)
+    if rule == "gather":
+        return float(out)
+    return float(out)
+
+
+# --- blocks -----------------------------------------------------------------------------------
+_LAYER_RE = re.compile(
+    r"^(?:layers?|h|blocks?|blk|encoder_layers?|decoder_layers?|transformer_blocks?|resblocks)"
+    r"[._]*(\d+)$",
+    re.IGNORECASE,
+)
+_FFN_NORM_RE = re.compile(
+    r"^(?:ln_2|post_attention_layernorm|layernorm_after|norm2|ffn_norm|pre_feedforward_layernorm"
+    r"|post_feedforward_layernorm|final_layer_norm)$",
+    re.IGNORECASE,
+)
+_ATTN_RE = re.compile(
+    r"attn|attention|^ln_1$|input_layernorm|layernorm_before|^norm1$|self_attn_layer_norm",
+    re.IGNORECASE,
+)
+_FFN_RE = re.compile(
+    r"mlp|ffn|feed_?forward|intermediate|^output$|^fc\d*$|moe|experts", re.IGNORECASE
+)
+_EMBED_RE = re.compile(r"embed|wte|wpe|tok", re.IGNORECASE)
+
+
+def _kind_of_label(label: str) -> int:
+    """Block kind from a scope or label by keyword (documented in docs/calibration.md)."""
+    parts = [p for p in re.split(r"[/.]", label) if p]
+    for p in parts:
+        if _FFN_NORM_RE.search(p):
+            return FFN
+        if _ATTN_RE.search(p):
+            return ATTENTION
+        if _FFN_RE.search(p):
+            return FFN
+    if _EMBED_RE.search(label):
+        return EMBEDDING
+    return OTHER
+
+
+def _kind_arg(kind, label: str) -> int:
+    if kind is None:
+        return _kind_of_label(label)
+    if isinstance(kind, str):
+        try:
+            return BLOCK_KINDS.index(kind.upper())
+        except ValueError:
+            raise OnnxImportError(
+                f"block kind {kind!r} for block {label!r}: use one of {', '.join(BLOCK_KINDS)}"
+            ) from None
+    if int(kind) not in range(len(BLOCK_KINDS)):
+        raise OnnxImportError(f"block kind {kind!r} for block {label!r}: must be 0..3")
+    return int(kind)
+
+
+def _fill(keys: list) -> list:
+    """Ops without a key join the previous op's block (the next one's at the start)."""
+    out = list(keys)
+    prev = None
+    for i, k in enumerate(out):
+        if k is None:
+            out[i] = prev
+        else:
+            prev = k
+    nxt = None
+    for i in range(len(out) - 1, -1, -1):
+        if out[i] is None:
+            out[i] = nxt
+        else:
+            nxt = out[i]
+    return out
+
+
+def _scope_blocks(names, is_table_gather) -> list[tuple[str, int]] | None:
+    """(label, kind) per op inferred from framework scopes; None if no layer scopes are found."""
+    info = []
+    for name in names:
+        comps = [c for c in name.split("/") if c][:-1]
+        hit = next((k for k, c in enumerate(comps) if _LAYER_RE.match(c)), None)
+        if hit is None:
+            info.append(None)
+            continue
+        prefix = "/".join(comps[: hit + 1])
+        sub = comps[hit + 1] if hit + 1 < len(comps) else None
+        kind = None
+        if sub is not None:
+            if _FFN_NORM_RE.search(sub):
+                kind = FFN
+            elif _ATTN_RE.search(sub):
+                kind = ATTENTION
+            elif _FFN_RE.search(sub):
+                kind = FFN
+        info.append((prefix, kind))
+    in_layer = [i for i, x in enumerate(info) if x is not None]
+    if not in_layer:
+        return None
+    first, last = in_layer[0], in_layer[-1]
+    keys: list = [None] * len(names)
+    # layer ops with a kind; unclassified layer ops join their neighbours within the layer
+    for i, x in enumerate(info):
+        if x is not None and x[1] is not None:
+            keys[i] = (x[0], x[1])
+    for i, x in enumerate(info):
+        if x is None or x[1] is not None:
+            continue
+        back = next((keys[j] for j in range(i - 1, first - 1, -1)
+                     if info[j] is not None and info[j][0] == x[0] and keys[j]), None)  # fmt: skip
+        fwd = next((keys[j] for j in range(i + 1, last + 1)
+                    if info[j] is not None and info[j][0] == x[0] and keys[j]), None)  # fmt: skip
+        keys[i] = back or fwd or (x[0], OTHER)
+    pre_kind = EMBEDDING if any(is_table_gather[:first]) else OTHER
+    for i in range(first):
+        keys[i] = ("embeddings" if pre_kind == EMBEDDING else "stem", pre_kind)
+    for i in range(last + 1, len(names)):
+        keys[i] = ("head", OTHER)
+    keys = _fill(keys)
+    names_of = {ATTENTION: "attention", FFN: "ffn", OTHER: "other", EMBEDDING: "embedding"}
+    return [(k[0] if k[0] in ("embeddings", "stem", "head") else f"{k[0]}.{names_of[k[1]]}",
+             k[1]) for k in keys]  # fmt: skip
+
+
+def _user_blocks(names, blocks, label) -> list[tuple[str, int]]:
+    """(label, kind) per op from a regex (match = block label) or a {node name: label} map."""
+    keys: list = []
+    if isinstance(blocks, (str, re.Pattern)):
+        try:
+            pat = re.compile(blocks)
+        except re.error as err:
+            raise OnnxImportError(f"{label}: blocks regex {blocks!r} is invalid ({err})") from None
+        for n in names:
+            m = pat.search(n)
+            if m is None:
+                keys.append(None)
+            else:
+                lab = m.groupdict().get("block") or m.group(0)
+                keys.append((lab, _kind_of_label(lab)))
+    elif isinstance(blocks, Mapping):
+        unknown = set(blocks) - set(names)
+        if unknown:
+            raise OnnxImportError(
+                f"{label}: blocks mapping names node(s) not in the graph: {sorted(unknown)[:5]}"
+            )
+        for n in names:
+            v = blocks.get(n)
+            if v is None:
+                keys.append(None)
+            elif isinstance(v, tuple):
+                keys.append((str(v[0]), _kind_arg(v[1], str(v[0]))))
+            else:
+                keys.append((str(v), _kind_of_label(str(v))))
+    else:
+        raise OnnxImportError(
+            f"{label}: blocks must be None, a regex string or a mapping, got "
+            f"{type(blocks).__name__}"
+        )
+    if all(k is None for k in keys):
+        raise OnnxImportError(f"{label}: blocks {blocks!r} matches no node name")
+    return _fill(keys)
+
+
+# --- the import --------------------------------------------------------------------------------
+def import_model(
+    path_or_model,
+    dims: Mapping[str, int] | None = None,
+    granularity: str = "block",
+    blocks=None,
+    *,
+    p_max: int = DEFAULT_P,
+    dtype_bytes: int | None = None,
+    n_max: int | None = None,
+    m_max: int | None = None,
+    warn: bool = True,
+) -> Imported:
+    """Import an ONNX model; like `load_graph` but also returns node names, types, block labels.
+
+    Reads the file only (never writes). See `load_graph` for the arguments.
+    """
+    model, label = read_model(path_or_model)
+    if granularity not in ("block", "op"):
+        raise OnnxImportError(f"granularity = {granularity!r}: use 'block' or 'op'")
+    if p_max < 1:
+        raise OnnxImportError(f"p_max = {p_max}: must be >= 1")
+    if dtype_bytes is not None and dtype_bytes <= 0:
+        raise OnnxImportError(f"dtype_bytes = {dtype_bytes}: must be > 0")
+    dims = DEFAULT_DIMS if dims is None else dims
+    g = model.graph
+    input_shapes, input_types, batch = _resolve_inputs(model, label, dims)
+    order = _toposort(model, label)
+    all_names = node_names(model)
+
+    # tensors known before any node runs
+    shapes: dict[str, tuple[int, ...]] = dict(input_shapes)
+    types: dict[str, int] = dict(input_types)
+    values: dict[str, np.ndarray] = {}
+    const: set[str] = set()  # constant-derived tensors (weights, shapes, and what they make)
+    init_float: dict[str, float] = {}  # float constant -> bytes (parameters)
+    for t in g.initializer:
+        shapes[t.name], types[t.name] = tuple(t.dims), t.data_type
+        const.add(t.name)
+        if t.data_type in _FLOAT_TYPES:
+            init_float[t.name] = 0.0
+        elif math.prod(t.dims) <= _SMALL and t.data_location != TensorProto.EXTERNAL:
+            values[t.name] = numpy_helper.to_array(t)
+
+    static = set(const)  # initializers and Constant outputs: never activations
+    light = _light_model(model, input_shapes)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(
+            light, check_type=False, strict_mode=False, data_prop=True
+        )
+    except Exception as err:  # onnx raises several types for malformed graphs
+        raise OnnxImportError(f"{label}: ONNX shape inference failed ({err})") from None
+    vis = {v.name: v.type for v in (*inferred.graph.value_info, *inferred.graph.output)}
+    opsets = list(model.opset_import)
+
+    def esize(name: str) -> float:
+        dt = types.get(name, TensorProto.FLOAT)
+        if dt in _FLOAT_TYPES and dtype_bytes is not None:
+            return float(dtype_bytes)
+        try:
+            return float(helper.tensor_dtype_to_np_dtype(dt).itemsize)
+        except (KeyError, TypeError, ValueError):
+            return 4.0
+
+    def nbytes(name: str) -> float:
+        return math.prod(shapes.get(name, ())) * esize(name)
+
+    ops: list[dict] = []
+    producer: dict[str, int] = {}
+    consumers: dict[str, list[int]] = {}
+    unknown: dict[str, int] = {}
+    estimated: list[str] = []
+    for idx in order:
+        node = g.node[idx]
+        name, op = all_names[idx], node.op_type
+        if op == "Constant" and node.domain in ("", "ai.onnx"):
+            out = node.output[0]
+            arr, dt = _constant_value(node, label, idx)
+            shapes[out], types[out] = arr.shape, dt
+            const.add(out)
+            static.add(out)
+            if types[out] in _FLOAT_TYPES:
+                init_float[out] = 0.0
+            elif arr.size <= _SMALL:
+                values[out] = arr
+            continue
+        # output shapes: global inference, else per-node inference with known values
+        outs = [o for o in node.output if o]
+        res = {o: _static(vis.get(o)) for o in outs}
+        if any(r is None for r in res.values()):
+            res = _infer_node(node, shapes, types, values, opsets) or res
+        for o in outs:
+            r = res.get(o)
+            if r is None:
+                big = max((x for x in node.input if x in shapes),
+                          key=lambda x: math.prod(shapes[x]), default=None)  # fmt: skip
+                r = (shapes[big], types[big]) if big else ((1,), TensorProto.FLOAT)
+                if name not in estimated:
+                    estimated.append(name)
+            shapes[o], types[o] = r
+        if all(x in const for x in node.input if x) and node.input:
+            const.update(outs)
+        v = _eval_small(op, node, values, shapes)
+        if v is not None and len(outs) == 1 and np.size(v) <= _SMALL:
+            values[outs[0]] = np.asarray(v)
+
+        # class and FLOP
+        domain_ok = node.domain in ("", "ai.onnx")
+        entry = OP_TABLE.get(op) if domain_ok else None
+        ins = [x for x in node.input if x]
+        in_shapes = [shapes.get(x, ()) for x in node.input if x]
+        out_shapes = [shapes[o] for o in outs]
+        if entry is None:
+            cls, rule = CONTROL, 1.0
+            key = op if domain_ok else f"{node.domain}.{op}"
+            unknown[key] = unknown.get(key, 0) + 1
+        else:
+            cls, rule = entry
+        if op in ("MatMul", "MatMulInteger", "Gemm", "Einsum") and any(x in const for x in ins):
+            cls = MATMUL
+        table_gather = op == "Gather" and bool(ins) and ins[0] in init_float
+        if table_gather:
+            cls = EMBED
+        flops = _flops(node, rule, in_shapes, out_shapes)
+        act_in = [] if op in _NO_READ else [x for x in dict.fromkeys(ins) if x not in static]
+        act = sum(nbytes(x) for x in act_in) + sum(nbytes(o) for o in outs)
+        if op in _NO_DATA:
+            act = 0.0
+        i = len(ops)
+        ops.append(dict(name=name, type=op, cls=cls, flops=flops, act=act,
+                        out=sum(nbytes(o) for o in outs), ins=ins, node=idx,
+                        table_gather=table_gather))  # fmt: skip
+        for o in outs:
+            producer[o] = i
+        for x in dict.fromkeys(ins):
+            consumers.setdefault(x, []).append(i)
+    if not ops:
+        raise OnnxImportError(f"{label}: the graph has no operators besides constants")
+
+    # parameters: each float constant once, to its first non-Gather consumer
+    params = [0.0] * len(ops)
+    for t, users in consumers.items():
+        if t in init_float:
+            reader = next((u for u in users if ops[u]["type"] != "Gather"), users[0])
+            params[reader] += nbytes(t)
+
+    # predecessors: producers of the non-constant inputs, the P largest if there are more
+    preds, pruned = [], []
+    for o in ops:
+        weight: dict[int, float] = {}
+        for x in o["ins"]:
+            p = producer.get(x)
+            if p is not None:
+                weight[p] = max(weight.get(p, 0.0), nbytes(x))
+        ps = list(weight)
+        if len(ps) > p_max:
+            keep = sorted(ps, key=lambda p: -weight[p])[:p_max]
+            ps = [p for p in ps if p in keep]
+            pruned.append(o["name"])
+        preds.append(sorted(ps))
+
+    n = len(ops)
+    if n_max is not None and n > n_max:
+        raise OnnxImportError(
+            f"{label}: {n} ops (Constant nodes excluded) do not fit n_max={n_max}; the first op "
+            f"that does not fit is {ops[n_max]['name']!r} ({ops[n_max]['type']})"
+        )
+
+    # blocks
+    names = [o["name"] for o in ops]
+    gathers = [o["table_gather"] for o in ops]
+    if blocks is not None:
+        assign = _user_blocks(names, blocks, label)
+    else:
+        assign = _scope_blocks(names, gathers)
+        if assign is None:  # no framework scopes: every node is its own block
+            assign = [(nm, _kind_of_label(nm)) for nm in names]
+    per = 1.0 / batch
+    builder = GraphBuilder()
+    prev = object()
+    block_labels = []
+    for i, o in enumerate(ops):
+        key = assign[i]
+        if key != prev:
+            builder.begin_block(key[1], key[0])
+            block_labels.append(key[0])
+            prev = key
+        builder.op(o["name"], o["cls"], o["flops"] * per, o["act"] * per, o["out"] * per,
+                   params[i], preds[i])  # fmt: skip
+    m = n if granularity == "op" else len(block_labels)
+    if m_max is not None and m > m_max:
+        first_bad = block_labels[m_max] if granularity == "block" else names[m_max]
+        raise OnnxImportError(
+            f"{label}: {m} blocks do not fit m_max={m_max}; the first block that does not fit "
+            f"is {first_bad!r}"
+        )
+    try:
+        graph = builder.build(granularity, p_max=p_max)
+        if n_max is not None or m_max is not None:
+            graph = pad(graph, n_max or graph.n_max, m_max or graph.m_max)
+    except GraphError as err:
+        raise OnnxImportError(f"{label}: {err}") from None
+
+    if warn:
+        _warn(label, unknown, pruned, estimated, p_max)
+    return Imported(
+        graph=graph,
+        source=label,
+        op_names=tuple(names),
+        op_types=tuple(o["type"] for o in ops),
+        block_names=tuple(block_labels) if granularity == "block" else tuple(names),
+        batch=batch,
+        unknown_ops=tuple(sorted(unknown)),
+        pruned=tuple(pruned),
+        estimated_shapes=tuple(estimated),
+    )
+
+
+def _warn(label, unknown, pruned, estimated, p_max) -> None:
+    msgs = []
+    if unknown:
+        lst = ", ".join(f"{k} x{v}" for k, v in sorted(unknown.items()))
+        msgs.append(f"unknown op types charged as CONTROL, 1 FLOP per output element: {lst}")
+    if pruned:
+        more = f" and {len(pruned) - 3} more" if len(pruned) > 3 else ""
+        msgs.append(
+            f"{len(pruned)} node(s) have more than P={p_max} producer inputs and keep the "
+            f"{p_max} largest: {pruned[:3]}{more}"
+        )
+    if estimated:
+        more = f" and {len(estimated) - 3} more" if len(estimated) > 3 else ""
+        msgs.append(
+            f"output shapes of {len(estimated)} node(s) could not be inferred and were taken "
+            f"from their largest input: {estimated[:3]}{more}"
+        )
+    if msgs:
+        warnings.warn(f"{label}: " + "; ".join(msgs), OnnxImportWarning, stacklevel=3)
+
+
+def _infer_node(node, shapes, types, values, opsets):
+    """Per-node ONNX shape inference with concrete input types and known small values."""
+    try:
+        schema = onnx.defs.get_schema(
+            node.op_type,
+            max((o.version for o in opsets if o.domain == node.domain), default=1),
+            node.domain,
+        )
+    except Exception:
+        return None
+    in_types, in_data = {}, {}
+    for x in node.input:
+        if not x:
+            continue
+        if x not in shapes:
+            return None
+        in_types[x] = helper.make_tensor_type_proto(types[x], list(shapes[x]))
+        if x in values:
+            in_data[x] = numpy_helper.from_array(np.asarray(values[x]), x)
+    try:
+        out = onnx.shape_inference.infer_node_outputs(schema, node, in_types, in_data,
+                                                      opset_imports=opsets)  # fmt: skip
+    except Exception:
+        return None
+    res = {o: _static(t) for o, t in out.items()}
+    return res if all(r is not None for r in res.values()) and res else None
+
+
+def load_graph(
+    path_or_model,
+    dims: Mapping[str, int] | None = None,
+    granularity: str = "block",
+    blocks=None,
+    *,
+    p_max: int = DEFAULT_P,
+    dtype_bytes: int | None = None,
+    n_max: int | None = None,
+    m_max: int | None = None,
+) -> LayerGraph:
+    """The `LayerGraph` of an ONNX model (a file path or an `onnx.ModelProto`).
+
+    dims: values of the symbolic input dimensions (default {"batch": 1, "sequence": 128}; common
+        exporter names such as "batch_size" / "sequence_length" are accepted as aliases, and an
+        unnamed dimension can be given as "input_name[axis]").
+    granularity: "block" groups nodes into blocks, "op" makes every node its own block.
+    blocks: None infers blocks from framework scopes in node names (`/encoder/layer.3/attention/
+        ...` -> one ATTENTION and one FFN block per layer, EMBEDDING before the first layer,
+        OTHER after the last); without such scopes every node is its own block. A regex string
+        (each node's match is its block label; a named group `block` if present) or a mapping
+        {node name: label or (label, kind)} sets blocks by hand; nodes it leaves out join the
+        previous node's block.
+    p_max: predecessor slots P; a node with more producer inputs keeps the P largest (warning).
+    dtype_bytes: override the size of floating-point elements (None: each tensor's real dtype).
+    n_max / m_max: pad to these sizes (an `OnnxImportError` if the graph is larger).
+    Quantities are FLOP and bytes per sample. Never writes to disk.
+    """
+    return import_model(path_or_model, dims, granularity, blocks, p_max=p_max,
+                        dtype_bytes=dtype_bytes, n_max=n_max, m_max=m_max).graph  # fmt: skip

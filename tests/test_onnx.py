@@ -1,0 +1,360 @@
+"""hetjax.onnx: export of the built-in Transformers, import of ONNX files into LayerGraphs."""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import jax
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import hetjax as hj
+import hetjax.onnx as hjo
+from hetjax.errors import HetjaxError, OnnxImportError
+from hetjax.graphs import ATTN, CONTROL, ELEMWISE, EMBED, MATMUL, NORM
+from hetjax.graphs.transformers import param_count
+from hetjax.onnx import exporter
+
+# Small configs of every architecture (bert-tiny is a built-in; the others shrink the layout).
+TINY = {
+    "bert": "bert-tiny",
+    "gpt2": hj.graphs.TransformerConfig(
+        name="gpt2-t", arch="gpt2", d_model=128, n_layers=2, n_heads=2, d_ff=512,
+        vocab_size=3000, max_positions=256, tied_lm_head=True,
+    ),
+    "vit": hj.graphs.TransformerConfig(
+        name="vit-t", arch="vit", d_model=128, n_layers=2, n_heads=2, d_ff=512, vocab_size=1,
+        image_size=64, patch_size=16, num_classes=10, max_positions=17,
+    ),
+    "llama": hj.graphs.TransformerConfig(
+        name="llama-t", arch="llama", d_model=128, n_layers=2, n_heads=4, n_kv_heads=2,
+        d_ff=352, vocab_size=3000, max_positions=256,
+    ),
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """Each tiny model exported once (fp32, symbolic batch / sequence)."""
+    d = tmp_path_factory.mktemp("onnx")
+    return {a: hjo.export_transformer(c, d / f"{a}.onnx") for a, c in TINY.items()}
+
+
+def _snapshot(path):
+    return {
+        (root, f): os.stat(os.path.join(root, f)).st_mtime_ns
+        for root, _, fs in os.walk(path)
+        for f in fs
+    }
+
+
+# --- export and round trip ----------------------------------------------------------------------
+@pytest.mark.parametrize("arch", list(TINY))
+def test_round_trip_matches_builtin_graph(files, arch):
+    cfg = TINY[arch]
+    onnx.checker.check_model(str(files[arch]), full_check=True)
+    imp = hjo.import_model(files[arch], {"batch": 1, "sequence": 64}, dtype_bytes=2)
+    ref = hj.graphs.transformer(cfg, seq_len=64)
+    g = imp.graph
+    assert float(g.flops.sum()) == pytest.approx(float(ref.flops.sum()), rel=0.01)
+    assert float(g.param_bytes.sum()) / 2 == pytest.approx(param_count(cfg), rel=0.01)
+    # blocks come out as EMBEDDING/OTHER, (ATTENTION, FFN) per layer, OTHER like the built-ins
+    np.testing.assert_array_equal(g.block_kind, ref.block_kind)
+    assert imp.unknown_ops == () and imp.pruned == () and imp.estimated_shapes == ()
+    # dense projections are MATMUL, QK^T / PV are ATTN: the same FLOP split as the built-in
+    for cls in (MATMUL, ATTN):
+        ours, theirs = (
+            float(g.flops[g.op_class == cls].sum()),
+            float(ref.flops[ref.op_class == cls].sum()),
+        )
+        assert ours == pytest.approx(theirs, rel=0.01)
+
+
+def test_fp32_bytes_are_real_dtype_and_override(files):
+    g4 = hjo.load_graph(files["bert"], {"batch": 1, "sequence": 32})
+    g2 = hjo.load_graph(files["bert"], {"batch": 1, "sequence": 32}, dtype_bytes=2)
+    # (+ a few float scalar constants: the attention scale, GELU's 0.5, ...)
+    assert float(g4.param_bytes.sum()) == pytest.approx(4 * param_count("bert-tiny"), rel=1e-5)
+    assert float(g2.param_bytes.sum()) == pytest.approx(2 * param_count("bert-tiny"), rel=1e-5)
+    # float activations halve; the int64 token ids do not
+    assert 0.5 < float(g2.act_bytes.sum()) / float(g4.act_bytes.sum()) < 0.51
+
+
+def test_fp16_export_is_valid(tmp_path):
+    path = hjo.export_transformer("bert-tiny", tmp_path / "h.onnx", dtype="float16")
+    onnx.checker.check_model(str(path))
+    g = hjo.load_graph(path, {"batch": 1, "sequence": 16})
+    assert float(g.param_bytes.sum()) == pytest.approx(2 * param_count("bert-tiny"), rel=1e-5)
+
+
+def test_exported_models_run_in_onnxruntime(files):
+    ort = pytest.importorskip("onnxruntime")
+    expect = {"bert": (2, 128), "gpt2": (2, 8, 3000), "vit": (2, 10), "llama": (2, 8, 3000)}
+    for arch, path in files.items():
+        sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        feeds = {}
+        for i in sess.get_inputs():
+            shape = [2 if d == "batch" else 8 if d == "sequence" else d for d in i.shape]
+            feeds[i.name] = (
+                np.ones(shape, np.int64) if "int" in i.type else np.zeros(shape, np.float32)
+            )
+        (out,) = sess.run(None, feeds)
+        assert out.shape == expect[arch] and np.isfinite(out).all()
+
+
+def test_fixed_dims_and_external_data(tmp_path, monkeypatch):
+    ref = hjo.load_graph(hjo.export_transformer("bert-tiny", tmp_path / "in.onnx"),
+                         {"batch": 1, "sequence": 16})  # fmt: skip
+    monkeypatch.setattr(exporter, "EXTERNAL_DATA_BYTES", 1 << 20)  # take the > 2 GiB path
+    path = hjo.export_transformer("bert-tiny", tmp_path / "ext.onnx", seq_len=16, batch=1)
+    assert (tmp_path / "ext.onnx.data").stat().st_size > 4 * 4_000_000
+    onnx.checker.check_model(str(path))
+    g = hjo.load_graph(path, dims={})  # nothing symbolic left
+    np.testing.assert_allclose(g.flops, ref.flops)
+    np.testing.assert_allclose(g.param_bytes, ref.param_bytes)
+    assert sorted(os.listdir(tmp_path)) == ["ext.onnx", "ext.onnx.data", "in.onnx"]
+
+
+def test_export_rejects_bad_arguments(tmp_path):
+    with pytest.raises(HetjaxError, match="positions"):
+        hjo.export_transformer("bert-tiny", tmp_path / "x.onnx", seq_len=10_000)
+    with pytest.raises(HetjaxError, match="dtype"):
+        hjo.export_transformer("bert-tiny", tmp_path / "x.onnx", dtype="int8")
+    with pytest.raises(hj.UnknownNameError):
+        hjo.export_transformer("no-such-model", tmp_path / "x.onnx")
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(hj.graphs.MODELS))
+def test_round_trip_every_builtin(tmp_path, name):
+    path = hjo.export_transformer(name, tmp_path / f"{name}.onnx", dtype="float16")
+    onnx.checker.check_model(str(path))
+    g = hjo.load_graph(path, {"batch": 1, "sequence": 128})
+    ref = hj.graphs.transformer(name, seq_len=128)
+    assert float(g.flops.sum()) == pytest.approx(float(ref.flops.sum()), rel=0.01)
+    assert float(g.param_bytes.sum()) / 2 == pytest.approx(param_count(name), rel=0.01)
+    np.testing.assert_array_equal(g.block_kind, ref.block_kind)
+
+
+# --- import: graph structure ----------------------------------------------------------------
+def test_op_granularity_graph_evaluates_under_jit(files):
+    imp = hjo.import_model(files["gpt2"], {"batch": 1, "sequence": 32}, granularity="op")
+    g = imp.graph
+    assert g.n_max == g.m_max == len(imp.op_names) and g.p_max == hjo.DEFAULT_P
+    names = imp.op_names
+    cls = dict(zip(names, np.asarray(g.op_class).tolist(), strict=True))
+    assert cls["/transformer/wte/Gather"] == EMBED
+    assert cls["/transformer/h.0/attn/c_attn/MatMul"] == MATMUL
+    assert cls["/transformer/h.0/attn/MatMul"] == ATTN
+    assert cls["/transformer/h.0/attn/Softmax"] == NORM
+    assert cls["/transformer/h.0/mlp/act/Tanh"] == ELEMWISE
+    assert cls["/transformer/h.0/attn/Reshape"] == CONTROL
+    # the tied table is stored once and charged to the LM head that reads all of it
+    params = dict(zip(names, np.asarray(g.param_bytes).tolist(), strict=True))
+    assert params["/transformer/wte/Gather"] == 0.0
+    assert params["/lm_head/Gemm"] == 4 * 3000 * 128
+    plat = hj.hardware.preset("edge")
+    plan = hj.Plan.create(np.isin(np.asarray(g.op_class), (MATMUL, ATTN)).astype(int), 4.0)
+    m = jax.jit(hj.evaluate)(g, plat, plan)
+    assert np.isfinite(float(m.latency)) and bool(m.feasible)
+    ref = jax.jit(hj.evaluate)(g, plat, hj.reference_plan(g))
+    assert float(ref.latency) == pytest.approx(float(ref.block_time.sum()), rel=1e-5)
+
+
+def test_block_inference_from_scopes(files):
+    imp = hjo.import_model(files["bert"], {"batch": 1, "sequence": 16})
+    assert imp.block_names == (
+        "embeddings", "encoder/layer.0.attention", "encoder/layer.0.ffn",
+        "encoder/layer.1.attention", "encoder/layer.1.ffn", "head",
+    )  # fmt: skip
+    block = dict(zip(imp.op_names, np.asarray(imp.graph.block).tolist(), strict=True))
+    # the residual add and LayerNorm of the attention output stay in the attention block
+    assert block["/encoder/layer.0/attention/output/LayerNorm/LayerNormalization"] == 1
+    assert block["/encoder/layer.0/output/Add"] == 2
+    assert block["/Cast"] == 0  # attention-mask preprocessing before the first layer
+    # pre-norm models: the norm before attention / MLP opens that block (gpt2: ln_1, ln_2)
+    imp = hjo.import_model(files["gpt2"], {"batch": 1, "sequence": 16})
+    block = dict(zip(imp.op_names, np.asarray(imp.graph.block).tolist(), strict=True))
+    assert block["/transformer/h.0/ln_1/LayerNormalization"] == 1
+    assert block["/transformer/h.0/Add"] == 1  # attention residual
+    assert block["/transformer/h.0/ln_2/LayerNormalization"] == 2
+    # the built-in cost-model convention holds: evaluate runs at block granularity
+    assert hj.graphs.validate(imp.graph) is imp.graph
+
+
+def test_user_blocks_regex_and_mapping(files):
+    imp = hjo.import_model(files["bert"], {"batch": 1, "sequence": 16},
+                           blocks=r"layer\.\d+")  # fmt: skip
+    # unmatched nodes join the previous block (the embedding ops, first, join the next one)
+    assert imp.block_names == ("layer.0", "layer.1")
+    kinds = hj.graphs.BLOCK_KINDS
+    mapping = {n: ("stem", "OTHER") for n in imp.op_names[:5]}
+    mapping[imp.op_names[-1]] = ("top", 0)
+    imp2 = hjo.import_model(files["bert"], {"batch": 1, "sequence": 16}, blocks=mapping)
+    assert imp2.block_names == ("stem", "top")
+    assert [kinds[k] for k in np.asarray(imp2.graph.block_kind)] == ["OTHER", "EMBEDDING"]
+    with pytest.raises(OnnxImportError, match="not in the graph"):
+        hjo.load_graph(files["bert"], blocks={"/no/such/node": "x"})
+    with pytest.raises(OnnxImportError, match="matches no node"):
+        hjo.load_graph(files["bert"], blocks="zzz_nothing")
+    with pytest.raises(OnnxImportError, match="kind"):
+        hjo.load_graph(files["bert"], blocks={imp.op_names[0]: ("a", "BOGUS")})
+
+
+def _model(nodes, inputs, outputs, inits=(), opset=17, name="t"):
+    g = helper.make_graph(nodes, name, inputs, outputs, initializer=list(inits))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    return m
+
+
+def _f(name, shape):
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+
+def test_flop_conventions_and_scope_free_blocks():
+    w = numpy_helper.from_array(np.zeros((8, 16), np.float32), "w")
+    k = numpy_helper.from_array(np.zeros((4, 3, 3, 3), np.float32), "k")
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["y"], name="mm"),
+        helper.make_node("Gemm", ["y", "y"], ["z"], name="gemm", transB=1),
+        helper.make_node("Softmax", ["z"], ["s"], name="sm"),
+        helper.make_node("Conv", ["img", "k"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("Erf", ["c"], ["e"], name="erf"),
+    ]
+    m = _model(nodes, [_f("x", ["rows", 8]), _f("img", [1, 3, 5, 5])],
+               [_f("s", None), _f("e", None)], [w, k])  # fmt: skip
+    imp = hjo.import_model(m, {"rows": 6}, granularity="op")
+    g = imp.graph
+    np.testing.assert_allclose(
+        g.flops, [2 * 6 * 8 * 16, 2 * 6 * 6 * 16, 5 * 36, 2 * 4 * 25 * 27, 4 * 4 * 25]
+    )
+    np.testing.assert_array_equal(g.op_class, [MATMUL, ATTN, NORM, MATMUL, ELEMWISE])
+    np.testing.assert_allclose(g.param_bytes, [4 * 8 * 16, 0, 0, 4 * 4 * 27, 0])
+    np.testing.assert_allclose(g.act_bytes[0], 4 * 6 * (8 + 16))
+    np.testing.assert_array_equal(g.preds[:, 0], [-1, 0, 1, -1, 3])
+    # no framework scopes: every node is its own block even at block granularity
+    assert hjo.load_graph(m, {"rows": 6}).m_max == 5
+
+
+def test_batch_dimension_is_divided_out(files):
+    g1 = hjo.load_graph(files["bert"], {"batch": 1, "sequence": 16})
+    g3 = hjo.load_graph(files["bert"], {"batch": 3, "sequence": 16})
+    heavy = np.isin(np.asarray(g1.op_class), (MATMUL, ATTN, NORM))
+    np.testing.assert_allclose(g3.flops[heavy], g1.flops[heavy], rtol=1e-6)
+    np.testing.assert_allclose(g3.act_bytes[heavy], g1.act_bytes[heavy], rtol=1e-6)
+    np.testing.assert_allclose(g3.param_bytes, g1.param_bytes)
+    # ops that do not scale with the batch (position ids) are shared by its samples
+    assert float(g3.flops.sum()) == pytest.approx(float(g1.flops.sum()), rel=1e-3)
+
+
+def test_dim_aliases_and_topological_sort():
+    nodes = [
+        helper.make_node("Relu", ["a"], ["b"], name="/second"),
+        helper.make_node("Add", ["x", "x"], ["a"], name="/first"),
+    ]
+    m = _model(nodes, [_f("x", ["batch_size", "sequence_length"])], [_f("b", None)])
+    imp = hjo.import_model(m, {"batch": 2, "sequence": 5})
+    assert imp.op_names == ("/first", "/second")
+    np.testing.assert_allclose(imp.graph.flops, [5.0, 5.0])  # per sample: 2 x 5 / 2
+    assert np.asarray(imp.graph.preds)[1, 0] == 0
+    # an unnamed symbolic dimension is given as input[axis]
+    m2 = _model(nodes[::-1], [_f("x", [None, 4])], [_f("b", None)])
+    assert hjo.load_graph(m2, {"x[0]": 3}).n_max == 2
+
+
+def test_unknown_ops_warn_once_and_fall_back():
+    nodes = [
+        helper.make_node("Frobnicate", ["x"], ["y"], name="f1", domain="com.example"),
+        helper.make_node("Frobnicate", ["y"], ["z"], name="f2", domain="com.example"),
+        helper.make_node("Relu", ["z"], ["r"], name="relu"),
+    ]
+    g = helper.make_graph(nodes, "u", [_f("x", [2, 3])], [_f("r", None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
+                                            helper.make_opsetid("com.example", 1)])  # fmt: skip
+    with pytest.warns(hjo.OnnxImportWarning) as rec:
+        imp = hjo.import_model(m, {})
+    assert len(rec) == 1
+    assert "com.example.Frobnicate x2" in str(rec[0].message)
+    np.testing.assert_array_equal(imp.graph.op_class, [CONTROL, CONTROL, ELEMWISE])
+    np.testing.assert_allclose(imp.graph.flops, [6.0, 6.0, 6.0])  # shape taken from the input
+    assert imp.unknown_ops == ("com.example.Frobnicate",)
+
+
+def test_more_inputs_than_p_keeps_the_largest():
+    sizes = [1, 2, 3, 4, 5, 6]
+    nodes = [helper.make_node("Relu", [f"x{i}"], [f"r{i}"], name=f"r{i}") for i in range(6)]
+    nodes.append(helper.make_node("Concat", [f"r{i}" for i in range(6)], ["c"], name="cat",
+                                  axis=1))  # fmt: skip
+    m = _model(nodes, [_f(f"x{i}", [1, s]) for i, s in enumerate(sizes)], [_f("c", None)])
+    with pytest.warns(hjo.OnnxImportWarning, match=r"more than P=4.*'cat'"):
+        g = hjo.load_graph(m, {})
+    np.testing.assert_array_equal(np.asarray(g.preds)[-1], [2, 3, 4, 5])
+    g6 = hjo.load_graph(m, {}, p_max=6)  # enough slots: no warning (warnings are errors here)
+    np.testing.assert_array_equal(np.asarray(g6.preds)[-1], [0, 1, 2, 3, 4, 5])
+
+
+# --- import: errors, and nothing else on disk is touched ----------------------------------
+def test_errors_name_the_file_and_touch_nothing(tmp_path, files):
+    text = tmp_path / "notes.onnx"
+    text.write_text("this is a text file, not a model\n")
+    good = files["bert"].read_bytes()
+    trunc = tmp_path / "trunc.onnx"
+    trunc.write_bytes(good[: len(good) // 2])
+    empty = tmp_path / "empty.onnx"
+    empty.write_bytes(b"")
+    before = _snapshot(tmp_path)
+    cases = [
+        (text, "not an ONNX file"),
+        (trunc, "truncated or corrupt"),
+        (empty, "not an ONNX file"),
+        (tmp_path / "missing.onnx", "no such ONNX file"),
+        (tmp_path, "no such ONNX file"),
+    ]
+    for path, what in cases:
+        with pytest.raises(OnnxImportError, match=what) as err:
+            hjo.load_graph(path)
+        assert str(path) in str(err.value)
+    assert _snapshot(tmp_path) == before
+
+
+def test_truncated_at_a_message_boundary_names_the_node(files):
+    m = onnx.load(str(files["bert"]))
+    del m.graph.node[10:20]  # as if nodes were lost: later nodes read tensors nobody makes
+    with pytest.raises(OnnxImportError, match=r"<ModelProto bert_tiny>: node .* reads"):
+        hjo.load_graph(m)
+
+
+def test_unresolved_symbolic_dims_are_listed(files):
+    before = _snapshot(files["bert"].parent)
+    with pytest.raises(OnnxImportError) as err:
+        hjo.load_graph(files["bert"], dims={"batch": 1})
+    msg = str(err.value)
+    assert str(files["bert"]) in msg and "'sequence'" in msg and "dims=" in msg
+    with pytest.raises(OnnxImportError, match=r"\['batch', 'sequence'\]"):
+        hjo.load_graph(files["bert"], dims={})
+    assert _snapshot(files["bert"].parent) == before
+
+
+def test_graph_larger_than_padding(files):
+    dims = {"batch": 1, "sequence": 16}
+    n = hjo.load_graph(files["bert"], dims).n_max
+    with pytest.raises(OnnxImportError, match=r"n_max=10; the first op that does not fit is '/"):
+        hjo.load_graph(files["bert"], dims, n_max=10)
+    with pytest.raises(OnnxImportError, match=r"m_max=3; .*'encoder/layer.1.attention'"):
+        hjo.load_graph(files["bert"], dims, m_max=3)
+    g = hjo.load_graph(files["bert"], dims, n_max=n + 7, m_max=9)
+    assert (g.n_max, g.m_max, int(g.op_mask.sum()), int(g.block_mask.sum())) == (n + 7, 9, n, 6)
+
+
+def test_model_proto_is_not_mutated(files):
+    m = onnx.load(str(files["gpt2"]))
+    before = m.SerializeToString()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        hjo.load_graph(m, {"batch": 2, "sequence": 8})
+    assert m.SerializeToString() == before
