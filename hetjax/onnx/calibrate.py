@@ -2,17 +2,19 @@
 
 1. `profile_model` runs a model with ONNX Runtime's CPU execution provider, graph optimisations
    off (so every ONNX node is one kernel and maps one to one onto a `LayerGraph` op), a fixed
-   number of intra-op threads, node-level profiling on: per-node kernel times are the median
-   over `repeats` runs after `warmup` runs that are dropped. The end-to-end latency is the
-   median wall-clock time of `session.run` in a second session without profiling.
+   number of intra-op threads (default 1), node-level profiling on. Per-node kernel times are
+   the median over `repeats` runs after `warmup` runs that are dropped. The end-to-end latency
+   is the median time of `session.run` in a second session without profiling, run alternately
+   with the profiled one; with one thread it is the calling thread's CPU time (equal to the
+   wall-clock time on an idle machine, robust to other processes on a shared one).
 2. `fit` fits one device's per-class peaks, memory bandwidth and launch cost (in log space) by
    gradient descent (optax Adam) through `hetjax.evaluate`: every op on device 0, op
    granularity, so each op's block time is its SPEC duration. The loss is the mean squared
-   error of log(predicted) vs log(measured) per-node time, plus the squared log error of each
-   model's end-to-end latency (weight `e2e_weight`).
+   error of log(predicted) vs log(measured) per-node time, plus `e2e_weight` times the mean
+   squared log error of the models' end-to-end latencies.
 3. `fidelity` scores a fitted platform on profiles it was or was not fitted on: the share of
    nodes predicted within +/-10% and +/-25%, the Spearman rank correlation of per-node times,
-   and the end-to-end latency error.
+   and the end-to-end latency error. `run_fidelity` does all of it for a fit / held-out split.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ from hetjax.onnx.importer import (
 
 __all__ = [
     "Profile",
+    "FitData",
     "FitResult",
     "profile_model",
     "fit",
@@ -60,6 +63,9 @@ __all__ = [
     "predict",
     "fidelity",
     "calibrate",
+    "run_fidelity",
+    "save_platform",
+    "cpu_name",
     "MIN_TIME",
 ]
 
@@ -281,24 +287,24 @@ def to_platform(theta: jax.Array, mem_capacity: float = 1e12) -> Platform:
     )
 
 
-def _simulate(theta, graphs, batch):
-    """Per-op durations [K, N] and latencies [K] of every graph with all ops on device 0.
+def _simulate(platform: Platform, graphs: LayerGraph, batch):
+    """Per-op durations [K, N] and latencies [K] of K stacked graphs, all ops on device 0.
 
-    With one device and every op on it, SPEC's schedule runs the ops back to back, so the
-    latency is the sum of the block times (checked against `evaluate(...).latency` in the
-    tests); reading only `block_time` lets the gradient skip the schedule's scan.
+    With every op on one device, SPEC's schedule runs the ops back to back, so the latency is
+    the sum of the block times (checked against `evaluate(...).latency` in the tests); reading
+    only `block_time` lets the gradient skip the schedule's scan.
     """
-    plat = to_platform(theta)
 
     def one(g, b):
-        m = evaluate(g, plat, Plan(placement=jnp.zeros(g.op_class.shape, jnp.int32), batch=b))
+        plan = Plan(placement=jnp.zeros(g.op_class.shape, jnp.int32), batch=b)
+        m = evaluate(g, platform, plan)
         return m.block_time, jnp.sum(jnp.where(g.block_mask, m.block_time, 0.0))
 
     return jax.vmap(one)(graphs, batch)
 
 
 def _loss(theta, data: FitData, e2e_weight):
-    pred, lat = _simulate(theta, data.graphs, data.batch)
+    pred, lat = _simulate(to_platform(theta), data.graphs, data.batch)
     err = jnp.log(jnp.where(data.mask, pred, 1.0)) - jnp.log(data.measured)
     node = jnp.sum(jnp.where(data.mask, err**2, 0.0)) / jnp.maximum(jnp.sum(data.mask), 1)
     e2e = jnp.mean((jnp.log(lat) - jnp.log(data.latency)) ** 2)
@@ -324,9 +330,7 @@ def fit_params(theta0, data: FitData, steps: int, lr, e2e_weight):
     return theta, hist
 
 
-@jax.jit
-def _predict(theta, graphs, batch):
-    return _simulate(theta, graphs, batch)
+_predict = jax.jit(_simulate)
 
 
 def _measured_for(imp: Imported, prof: Profile) -> tuple[np.ndarray, np.ndarray]:
@@ -376,15 +380,10 @@ class FitResult:
         return out
 
 
-def _import(prof: Profile, model=None, **kw) -> Imported:
-    src = model if model is not None else prof.source
-    return import_model(src, prof.dims, granularity="op", warn=False, **kw)
-
-
 def fit(
     pairs: Sequence[tuple[Imported, Profile]],
     *,
-    steps: int = 1500,
+    steps: int = 600,
     lr: float = 0.05,
     e2e_weight: float = 1.0,
     mem_capacity: float | None = None,
@@ -422,27 +421,19 @@ def _physical_memory() -> float:
         return 16 * 2.0**30
 
 
-def predict(platform_or_fit, pairs: Sequence[tuple[Imported, Profile]]):
-    """Predicted per-op times (list of f64[n_ops]) and latencies (f64[K]) on device 0, in s."""
-    theta = jnp.asarray(_theta_of(platform_or_fit), jnp.float32)
+def predict(platform_or_fit: Platform | FitResult, pairs: Sequence[tuple[Imported, Profile]]):
+    """Predicted per-op times (list of f64[n_ops], s) and latencies (f64[K], s) with every op on
+    device 0 of the platform (a fitted one, or any `Platform`), at each profile's batch."""
+    plat = platform_or_fit.platform if isinstance(platform_or_fit, FitResult) else platform_or_fit
+    if not isinstance(plat, Platform):
+        raise HetjaxError(f"predict: expected a Platform or FitResult, got {type(plat).__name__}")
     times, lats = [], []
     for pair in pairs:  # one graph at a time: graphs in one size bucket share a compilation
         data = _data([pair])
-        pred, lat = _predict(theta, data.graphs, data.batch)
+        pred, lat = _predict(plat, data.graphs, data.batch)
         times.append(np.asarray(pred, np.float64)[0, : pair[0].graph.n_max])
         lats.append(float(lat[0]))
     return times, np.asarray(lats)
-
-
-def _theta_of(p) -> np.ndarray:
-    if isinstance(p, FitResult):
-        return p.theta
-    if isinstance(p, Platform):
-        peak = np.asarray(p.peak)[0]
-        if (peak <= 0).any():
-            raise HetjaxError("predict: device 0 must support every op class")
-        return np.log(np.concatenate([peak, np.asarray(p.mem_bw)[:1], np.asarray(p.launch)[:1]]))
-    return np.asarray(p, np.float64)
 
 
 def _spearman(a: np.ndarray, b: np.ndarray) -> float:
@@ -454,8 +445,9 @@ def _spearman(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def fidelity(platform_or_fit, pairs: Sequence[tuple[Imported, Profile]]) -> list[dict]:
-    """Per profile: nodes, share of per-node predictions within +/-10% and +/-25%, Spearman rank
-    correlation of per-node times, measured / predicted latency (s) and the relative error."""
+    """One row per profile: measured nodes, share of per-node predictions within +/-10% and
+    +/-25%, Spearman rank correlation of per-node times, measured latency (s, on the profile's
+    clock; also the wall-clock one), predicted latency (s) and predicted / measured - 1."""
     preds, lats = predict(platform_or_fit, pairs)
     rows = []
     for (imp, prof), pred, lat in zip(pairs, preds, lats, strict=True):
@@ -466,6 +458,7 @@ def fidelity(platform_or_fit, pairs: Sequence[tuple[Imported, Profile]]) -> list
             nodes=int(mask.sum()), within_10=float(np.mean(np.abs(r - 1) <= 0.10)),
             within_25=float(np.mean(np.abs(r - 1) <= 0.25)),
             spearman=_spearman(pred[mask], meas[mask]), measured_latency=prof.latency,
+            measured_wall_latency=prof.wall_latency, clock=prof.clock,
             predicted_latency=float(lat), latency_error=float(lat / prof.latency - 1.0),
         ))  # fmt: skip
     return rows
