@@ -22,7 +22,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-console = Console()
+console = Console(width=None if sys.stdout.isatty() else 160)  # wide tables in logs
 
 
 @app.callback()

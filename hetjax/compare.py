@@ -1,0 +1,216 @@
+"""The comparison job: every baseline strategy against the exact optimum.
+
+`hetjax compare --model bert-base --platform edge [--samples N] [--out DIR]` prints a table and
+writes DIR/compare.json, DIR/compare.csv and DIR/compare.png (per-block times of
+all-on-device-0 vs the optimum, and the Pareto front). With `--samples N` it repeats the
+comparison on N platforms sampled around the preset and reports score gaps to the optimum.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import typer
+
+import hetjax as hj
+from hetjax import baselines, exact
+from hetjax.io import save_figure, write_csv, write_json
+
+__all__ = ["compare_preset", "compare_sampled", "gap_pct", "register"]
+
+
+def gap_pct(score, optimum):
+    """Score gap to the optimum in percent of |optimum| (0 = optimal; inf if infeasible)."""
+    score, optimum = np.asarray(score, np.float64), np.asarray(optimum, np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        gap = (optimum - score) / np.abs(optimum) * 100.0
+    return np.where(np.isfinite(score), np.maximum(gap, 0.0), np.inf)
+
+
+def _timed(fn, *args):
+    """(result, seconds of a second, warm call): compile time is excluded."""
+    jax.block_until_ready(fn(*args))
+    t0 = time.perf_counter()
+    out = jax.block_until_ready(fn(*args))
+    return out, time.perf_counter() - t0
+
+
+def _row(name, graph, platform, plan, ref, opt_score, wall_s, weights):
+    m = hj.evaluate(graph, platform, plan)
+    base = hj.evaluate(graph, platform, hj.Plan(jnp.zeros_like(plan.placement), plan.batch))
+    s = float(hj.score(m, ref, weights))
+    lat_red = (float(base.latency) - float(m.latency)) / float(base.latency) * 100.0
+    std_red = (
+        (float(base.layer_time_std) - float(m.layer_time_std)) / float(base.layer_time_std) * 100
+    )
+    return dict(
+        method=name,
+        batch=float(plan.batch),
+        feasible=bool(m.feasible),
+        latency_ms=float(m.latency) * 1e3,
+        throughput=float(m.throughput),
+        energy_j=float(m.energy),
+        score=s,
+        layer_time_std_us=float(m.layer_time_std) * 1e6,
+        transfer_share_pct=float(m.transfer_share) * 100.0,
+        gap_pct=float(gap_pct(s, opt_score)),
+        latency_reduction_pct=lat_red,
+        layer_time_std_reduction_pct=std_red,
+        wall_s=wall_s,
+    )
+
+
+def compare_preset(graph, platform, *, batches=baselines.DEFAULT_BATCHES,
+                   weights=hj.DEFAULT_WEIGHTS, seed: int = 0):  # fmt: skip
+    """Rows (one per strategy, then the optimum), the optimal plan and the Pareto front."""
+    ref = hj.evaluate(graph, platform, hj.reference_plan(graph))
+    t0 = time.perf_counter()
+    opt_plan, opt_score = exact.optimal_score(graph, platform, batches=batches, weights=weights)
+    opt_wall = time.perf_counter() - t0
+    key = jax.random.key(seed)
+    rows = []
+    for name, strategy in baselines.STRATEGIES.items():
+        plan, wall = _timed(lambda k, s=strategy: s(k, graph, platform, batches, weights=weights),
+                            key)  # fmt: skip
+        rows.append(_row(name, graph, platform, plan, ref, opt_score, wall, weights))
+    rows.append(_row("exact optimum", graph, platform, opt_plan, ref, opt_score, opt_wall,
+                     weights))  # fmt: skip
+    front_plans, front = exact.pareto_front(graph, platform, batches=batches)
+    return rows, opt_plan, (front_plans, front)
+
+
+def compare_sampled(graph, base, n: int, *, batches=baselines.DEFAULT_BATCHES,
+                    weights=hj.DEFAULT_WEIGHTS, seed: int = 0, spread: float = 2.0,
+                    methods=None):  # fmt: skip
+    """Score gaps to the exact optimum of each strategy (default: all of
+    `baselines.STRATEGIES`, or the names in `methods`) on n platforms sampled around `base`."""
+    platforms = hj.hardware.sample(jax.random.key(seed), n, base=base, spread=spread)
+    refs = jax.vmap(lambda p: hj.evaluate(graph, p, hj.reference_plan(graph)))(platforms)
+    t0 = time.perf_counter()
+    optimum = np.array(
+        [
+            float(exact.optimal_score(graph, p, batches=batches, weights=weights)[1])
+            for p in hj.hardware.unstack(platforms)
+        ]
+    )
+    opt_wall = time.perf_counter() - t0
+    key = jax.random.key(seed + 1)
+    out = {}
+    for name in methods or baselines.STRATEGIES:
+        strategy = baselines.STRATEGIES[name]
+        run = jax.jit(jax.vmap(lambda k, p, s=strategy: s(k, graph, p, batches, weights=weights),
+                               in_axes=(None, 0)))  # fmt: skip
+        plans, wall = _timed(run, key, platforms)
+        metrics = jax.vmap(hj.evaluate, in_axes=(None, 0, 0))(graph, platforms, plans)
+        scores = np.asarray(jax.vmap(hj.score, in_axes=(0, 0, None))(metrics, refs, weights))
+        out[name] = _gap_summary(gap_pct(scores, optimum), wall)
+    out["exact optimum"] = _gap_summary(np.zeros(n), opt_wall)
+    return out
+
+
+def _gap_summary(gaps, wall_s):
+    finite = np.isfinite(gaps)
+    return dict(
+        mean_gap_pct=float(np.mean(np.where(finite, gaps, np.nan))) if finite.any() else np.inf,
+        median_gap_pct=float(np.median(gaps)),
+        within_1pct=float(np.mean(gaps <= 1.0)),
+        infeasible=float(np.mean(~finite)),
+        wall_s=float(wall_s),
+    )
+
+
+def plot(graph, platform, opt_plan, front, path, title):
+    """PNG: per-block time, all-on-device-0 vs the optimum (at its batch), and the front."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    m_opt = hj.evaluate(graph, platform, opt_plan)
+    m_gpu = hj.evaluate(graph, platform, hj.Plan(jnp.zeros_like(opt_plan.placement),
+                                                 opt_plan.batch))  # fmt: skip
+    real = np.asarray(graph.block_mask)
+    kinds = np.asarray(graph.block_kind)[real]
+    x = np.arange(real.sum())
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(14, 4.5), gridspec_kw={"width_ratios": [2, 1]})
+    w = 0.4
+    ax1.bar(x - w / 2, np.asarray(m_gpu.block_time)[real] * 1e3, w, label="all on device 0")
+    ax1.bar(x + w / 2, np.asarray(m_opt.block_time)[real] * 1e3, w, label="exact optimum")
+    ax1.set_xticks(x, ["EAFO"[k] for k in kinds], fontsize=7)
+    ax1.set_xlabel("block (E embedding, A attention, F FFN, O other)")
+    ax1.set_ylabel("block time (ms per batch)")
+    ax1.set_title(
+        f"{title}: batch {float(opt_plan.batch):g}; std {float(m_gpu.layer_time_std) * 1e3:.3f}"
+        f" -> {float(m_opt.layer_time_std) * 1e3:.3f} ms"
+    )
+    ax1.legend()
+    plans, metrics = front
+    lat = np.asarray(metrics.latency) * 1e3
+    thr = np.asarray(metrics.throughput)
+    sc = ax2.scatter(lat, thr, c=np.asarray(metrics.energy), cmap="viridis", s=14)
+    ax2.scatter([float(m_opt.latency) * 1e3], [float(m_opt.throughput)], marker="*", s=160,
+                c="red", label="score optimum")  # fmt: skip
+    fig.colorbar(sc, ax=ax2, label="energy (J/batch)")
+    ax2.set_xlabel("latency (ms per batch)")
+    ax2.set_ylabel("throughput (samples/s)")
+    ax2.set_title(f"Pareto front ({len(lat)} plans)")
+    ax2.legend()
+    save_figure(fig, path)
+    plt.close(fig)
+    return path
+
+
+def register(app) -> None:
+    """Add `hetjax compare` to the CLI."""
+    from rich.table import Table
+
+    from hetjax.cli import console, load_platform
+
+    @app.command("compare")
+    def compare_cmd(
+        model: Annotated[str, typer.Option(help="built-in model name")] = "bert-base",
+        platform: Annotated[str, typer.Option(help="preset name or platform JSON")] = "edge",
+        samples: Annotated[int, typer.Option(help="also compare on N sampled platforms")] = 0,
+        out: Annotated[Path | None, typer.Option(help="output directory")] = None,
+        seq_len: Annotated[int, typer.Option(help="tokens per sample")] = 128,
+        seed: Annotated[int, typer.Option(help="PRNG seed")] = 0,
+    ):
+        """Every baseline strategy and the exact optimum: table, JSON, CSV and a PNG."""
+        graph = hj.graphs.transformer(model, seq_len=seq_len)
+        plat, _ = load_platform(platform)
+        out_dir = out or Path("runs") / f"compare-{model}-{Path(platform).stem}"
+        rows, opt_plan, front = compare_preset(graph, plat, seed=seed)
+        table = Table(title=f"{model} on {platform}: strategies vs the exact optimum")
+        cols = [("method", "method", "{}"), ("batch", "batch", "{:g}"),
+                ("latency ms", "latency_ms", "{:.3f}"), ("samples/s", "throughput", "{:.1f}"),
+                ("J/batch", "energy_j", "{:.4f}"), ("score", "score", "{:.4f}"),
+                ("gap %", "gap_pct", "{:.2f}"), ("layer std us", "layer_time_std_us", "{:.1f}"),
+                ("xfer %", "transfer_share_pct", "{:.1f}"),
+                ("lat. red. %", "latency_reduction_pct", "{:.1f}"),
+                ("std red. %", "layer_time_std_reduction_pct", "{:.1f}"),
+                ("wall s", "wall_s", "{:.3f}")]  # fmt: skip
+        for head, *_ in cols:
+            table.add_column(head, justify="right")
+        for r in rows:
+            table.add_row(*[fmt.format(r[k]) for _, k, fmt in cols])
+        console.print(table)
+        doc = {"model": model, "platform": platform, "seq_len": seq_len, "preset": rows}
+        if samples > 0:
+            summary = compare_sampled(graph, plat, samples, seed=seed)
+            doc["sampled"] = {"n": samples, "methods": summary}
+            t2 = Table(title=f"{samples} platforms sampled around {platform}: gap to optimum")
+            for head in ("method", "mean gap %", "median gap %", "within 1 %", "wall s"):
+                t2.add_column(head, justify="right")
+            for name, s in summary.items():
+                t2.add_row(name, f"{s['mean_gap_pct']:.2f}", f"{s['median_gap_pct']:.2f}",
+                           f"{s['within_1pct'] * 100:.1f}", f"{s['wall_s']:.2f}")  # fmt: skip
+            console.print(t2)
+        write_json(out_dir / "compare.json", doc)
+        write_csv(out_dir / "compare.csv", rows)
+        plot(graph, plat, opt_plan, front, out_dir / "compare.png", f"{model} on {platform}")
+        console.print(f"wrote {out_dir}/compare.json, compare.csv, compare.png")
