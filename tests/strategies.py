@@ -11,6 +11,7 @@ a numpy generator seeded by a drawn integer, which keeps generation and shrinkin
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 from hypothesis import strategies as st
 
@@ -26,9 +27,13 @@ __all__ = [
     "placements",
     "batches",
     "cases",
+    "evaluate",
 ]
 
 N_MAX, M_MAX, P_MAX, D_MAX = 14, 6, 3, 4
+
+# One jitted evaluate shared by every test module, so each shape compiles once per session.
+evaluate = jax.jit(hj.evaluate, static_argnames=("chunk",))
 
 _SEEDS = st.integers(0, 2**32 - 1)
 
