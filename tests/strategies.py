@@ -28,12 +28,15 @@ __all__ = [
     "batches",
     "cases",
     "evaluate",
+    "sample",
 ]
 
 N_MAX, M_MAX, P_MAX, D_MAX = 14, 6, 3, 4
 
 # One jitted evaluate shared by every test module, so each shape compiles once per session.
 evaluate = jax.jit(hj.evaluate, static_argnames=("chunk",))
+# hj.hardware.sample jitted around a Platform base (a traced argument).
+sample = jax.jit(hj.hardware.sample, static_argnames=("n", "spread", "links"))
 
 _SEEDS = st.integers(0, 2**32 - 1)
 
