@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -10,7 +12,7 @@ import pytest
 import hetjax as hj
 import hetjax.exact as ex
 from hetjax.exact._chain import ChainProblem
-from hetjax.exact._search import latency_dp
+from hetjax.exact._search import chain_eval, latency_dp
 
 N_MAX, M_MAX, D_MAX = 48, 7, 3  # one padded shape for every graph here: few compilations
 BATCHES = (1, 3, 8, 32)
@@ -62,8 +64,9 @@ def random_platform(seed: int, n_dev: int, tight_memory: bool, graph) -> hj.Plat
         params = float(np.asarray(graph.param_bytes).sum())
         act = float(np.asarray(graph.act_bytes).max())
         cap = np.asarray(p.mem_capacity).copy()
-        cap[0] = params + act * rng.uniform(1.0, 12.0)
-        cap[1:] = rng.uniform(0.2, 1.0, cap.size - 1) * (params + 8 * act)
+        n = cap.size
+        cap[0] = params + act * rng.uniform(1.0, 24.0)
+        cap[1:] = rng.uniform(0.2, 0.8, n - 1) * params + rng.uniform(1.0, 40.0, n - 1) * act
         p = p.replace(mem_capacity=jnp.asarray(cap, jnp.float32))
     return p
 
@@ -72,72 +75,117 @@ def _points(m) -> np.ndarray:
     return np.stack([np.asarray(m.latency), np.asarray(m.throughput), np.asarray(m.energy)], -1)
 
 
-def _clearly_dominates(q: np.ndarray, p: np.ndarray, tol: float = RTOL) -> np.ndarray:
-    """[len(q), len(p)]: point q dominates point p by more than the tolerance (min T, max X,
-    min E) in one coordinate and is within it in the others."""
+def _covers(q: np.ndarray, p: np.ndarray, rtol: float = 1e-12) -> np.ndarray:
+    """[len(q), len(p)]: point q is as good as point p (min T, max X, min E), up to the
+    rounding of float64 sums taken in another order."""
     q, p = q[:, None, :], p[None, :, :]
-    s = tol * np.abs(p)
-    weak = (q[..., 0] <= p[..., 0] + s[..., 0]) & (q[..., 1] >= p[..., 1] - s[..., 1])
-    weak &= q[..., 2] <= p[..., 2] + s[..., 2]
-    strict = (q[..., 0] < p[..., 0] - s[..., 0]) | (q[..., 1] > p[..., 1] + s[..., 1])
-    return weak & (strict | (q[..., 2] < p[..., 2] - s[..., 2]))
-
-
-def _covers(q: np.ndarray, p: np.ndarray, tol: float = RTOL) -> np.ndarray:
-    """[len(q), len(p)]: point q is as good as point p within the tolerance."""
-    q, p = q[:, None, :], p[None, :, :]
-    s = tol * np.abs(p)
+    s = rtol * np.abs(p)
     ok = (q[..., 0] <= p[..., 0] + s[..., 0]) & (q[..., 1] >= p[..., 1] - s[..., 1])
     return ok & (q[..., 2] <= p[..., 2] + s[..., 2])
 
 
-CASES = [  # (seed, blocks, real devices, tight memory)
-    (0, 5, 2, False),
-    (1, 7, 2, True),
-    (2, 7, 2, False),
-    (3, 5, 3, False),
-    (4, 6, 3, True),
-    (5, 6, 3, True),
+def _dominates(q: np.ndarray, p: np.ndarray, rtol: float = 1e-12) -> np.ndarray:
+    """[len(q), len(p)]: q covers p and is better by more than rounding in one coordinate."""
+    s = rtol * np.abs(p)[None]
+    qq, pp = q[:, None, :], p[None, :, :]
+    better = (qq[..., 0] < pp[..., 0] - s[..., 0]) | (qq[..., 1] > pp[..., 1] + s[..., 1])
+    return _covers(q, p, rtol) & (better | (qq[..., 2] < pp[..., 2] - s[..., 2]))
+
+
+THROUGHPUT = (0.1, 0.85, 0.05)  # weights that favour large batches
+CASES = [  # (seed, blocks, real devices, tight memory, score weights)
+    (0, 5, 2, False, hj.DEFAULT_WEIGHTS),
+    (1, 7, 2, True, THROUGHPUT),
+    (2, 7, 2, False, THROUGHPUT),
+    (3, 5, 3, False, hj.DEFAULT_WEIGHTS),
+    (4, 6, 3, True, THROUGHPUT),
+    (5, 6, 3, True, hj.DEFAULT_WEIGHTS),
+    (6, 7, 3, True, THROUGHPUT),
 ]
 _SAMPLED = hj.hardware.sample(jax.random.key(0), len(CASES), base="host3")
 
 
+class Case(NamedTuple):
+    graph: hj.LayerGraph
+    platform: hj.Platform
+    weights: tuple
+    enum: ex.Enumeration  # every plan, simulated by hj.evaluate (float32)
+    problem: ChainProblem
+    exact: np.ndarray  # f64[B, K, 4]: latency, throughput, energy, score under the chain model
+    feasible: np.ndarray  # bool[B, K] under the chain model
+
+
+def _chain64(problem: ChainProblem, batch: float, block_placements: np.ndarray):
+    """float64 (latency, throughput, energy, score) [K, 4] and feasibility of block placements
+    (device ids of the real blocks; the test platforms have their real devices first)."""
+    t, bott, e, ok = chain_eval(problem.tables(batch), block_placements)
+    x = np.where(bott > 0, batch / np.where(bott > 0, bott, 1.0), 0.0)
+    s = np.where(ok, problem.score_of(batch, t, bott, e), -np.inf)
+    return np.stack([t, x, e, s], axis=1), ok
+
+
+def _blocks(graph, placement) -> np.ndarray:
+    """Op placements int[..., N] -> the device of each real block int[..., M]."""
+    first = [int(np.flatnonzero(np.asarray(graph.block) == j)[0]) for j in range(graph.num_blocks)]
+    return np.asarray(placement)[..., first]
+
+
 @pytest.fixture(scope="module", params=CASES, ids=lambda c: f"seed{c[0]}-D{c[2]}-M{c[1]}")
 def case(request):
-    seed, n_blocks, n_dev, tight = request.param
+    seed, n_blocks, n_dev, tight, weights = request.param
     g = random_chain(np.random.default_rng(seed), n_blocks)
     p = random_platform(seed, n_dev, tight, g)
-    enum = ex.enumerate_plans(g, p, BATCHES, keep_metrics=True)
-    return g, p, enum
+    enum = ex.enumerate_plans(g, p, BATCHES, weights, keep_metrics=True)
+    problem = ChainProblem.create(g, p, weights)
+    exact = [_chain64(problem, b, enum.block_placements) for b in BATCHES]
+    return Case(g, p, weights, enum, problem, *(np.stack(x) for x in zip(*exact, strict=True)))
+
+
+def test_chain_model_matches_evaluate(case):
+    """On every enumerated plan the float64 chain sums agree with hj.evaluate (SPEC 1e-5)."""
+    m = case.enum.metrics
+    np.testing.assert_array_equal(case.feasible, np.asarray(m.feasible))
+    ok = case.feasible
+    for k, field in enumerate(("latency", "throughput", "energy")):
+        np.testing.assert_allclose(case.exact[..., k][ok], np.asarray(getattr(m, field))[ok],
+                                   rtol=1e-5)  # fmt: skip
+    np.testing.assert_allclose(case.exact[..., 3], case.enum.scores, rtol=1e-5, atol=1e-5)
 
 
 def test_score_matches_enumeration(case):
-    g, p, enum = case
-    plan, s = ex.optimal_score(g, p, BATCHES)
+    g, p, weights = case.graph, case.platform, case.weights
+    stats = {}
+    plan, s = ex.optimal_score(g, p, BATCHES, weights, stats=stats)
     ref = hj.evaluate(g, p, hj.reference_plan(g))
-    assert s == float(hj.score(hj.evaluate(g, p, plan), ref))  # the evaluate-score of the plan
-    assert np.isfinite(s)
-    assert abs(s - enum.score) <= RTOL * max(1.0, abs(enum.score))
-    assert float(plan.batch) in BATCHES
+    m = hj.evaluate(g, p, plan)
+    assert s == float(hj.score(m, ref, weights))  # the evaluate-score of the plan
+    assert np.isfinite(s) and bool(m.feasible) and float(plan.batch) in BATCHES
+    # exactly the best of all plans (float64 chain model), and the best by hj.evaluate too
+    np.testing.assert_allclose(stats["score64"], case.exact[..., 3].max(), rtol=1e-12)
+    mine = _chain64(case.problem, float(plan.batch), _blocks(g, plan.placement)[None])[0]
+    np.testing.assert_allclose(mine[0, 3], stats["score64"], rtol=1e-12)
+    assert abs(s - case.enum.score) <= RTOL * max(1.0, abs(case.enum.score))
 
 
 def test_latency_matches_enumeration(case):
-    g, p, enum = case
-    for bi in (0, len(BATCHES) - 1):
-        lat = np.asarray(enum.metrics.latency[bi])
+    g, p = case.graph, case.platform
+    for bi, b in enumerate(BATCHES):
+        lat = np.where(case.feasible[bi], case.exact[bi, :, 0], np.inf)
         if not np.isfinite(lat).any():
             with pytest.raises(hj.PlanError, match="no block placement fits"):
-                ex.optimal_latency(g, p, BATCHES[bi])
+                ex.optimal_latency(g, p, b)
             continue
-        plan = ex.optimal_latency(g, p, BATCHES[bi])
+        plan = ex.optimal_latency(g, p, b)
         m = hj.evaluate(g, p, plan)
-        assert bool(m.feasible)
-        assert float(plan.batch) == BATCHES[bi]
-        np.testing.assert_allclose(float(m.latency), lat.min(), rtol=RTOL)
+        assert bool(m.feasible) and float(plan.batch) == b
+        mine = _chain64(case.problem, b, _blocks(g, plan.placement)[None])[0]
+        np.testing.assert_allclose(mine[0, 0], lat.min(), rtol=1e-12)
+        np.testing.assert_allclose(float(m.latency), np.nanmin(case.enum.metrics.latency[bi]),
+                                   rtol=RTOL)  # fmt: skip
 
 
 def test_pareto_matches_enumeration(case):
-    g, p, enum = case
+    g, p = case.graph, case.platform
     plans, m = ex.pareto_front(g, p, BATCHES)
     k = plans.batch.shape[0]
     assert plans.placement.shape == (k, g.n_max) and m.latency.shape == (k,)
@@ -146,13 +194,17 @@ def test_pareto_matches_enumeration(case):
     for i in (0, k - 1):  # the metrics are those of the plans
         one = hj.evaluate(g, p, hj.Plan.create(np.asarray(plans.placement)[i], plans.batch[i]))
         np.testing.assert_allclose(float(one.energy), float(m.energy[i]), rtol=1e-6)
-    ours = _points(m)
-    every = _points(enum.metrics).reshape(-1, 3)
-    every = every[np.asarray(enum.metrics.feasible).reshape(-1)]
-    beaten = _clearly_dominates(every, ours).any(axis=0)  # nothing enumerated beats ours
+    # Exactly the front of all enumerated plans under the float64 chain model.
+    bp, batch = _blocks(g, plans.placement), np.asarray(plans.batch)
+    ours = np.zeros((k, 3))
+    for b in np.unique(batch):
+        ours[batch == b] = _chain64(case.problem, float(b), bp[batch == b])[0][:, :3]
+    every = case.exact[..., :3][case.feasible]
+    beaten = _dominates(every, ours).any(axis=0)  # no plan dominates a returned point
     assert not beaten.any(), ours[beaten]
-    missed = ~_covers(ours, every).any(axis=0)  # every plan is matched or beaten by ours
+    missed = ~_covers(ours, every).any(axis=0)  # every plan is matched or dominated by ours
     assert not missed.any(), every[missed]
+    np.testing.assert_allclose(ours, _points(m), rtol=1e-5)
 
 
 def test_memory_binding_latency_uses_labels():
