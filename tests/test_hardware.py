@@ -69,12 +69,6 @@ def test_sample_is_jittable_and_deterministic():
     assert not np.allclose(a.mem_bw, c.mem_bw)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=jax.errors.TracerArrayConversionError,
-    reason="BUG (hardware): sample(base=<preset name>) under jit builds and validates the "
-    "preset inside the trace (preset -> Platform.create -> validate -> np.asarray(tracer))",
-)
 def test_sample_jittable_with_a_preset_name():
     jitted = jax.jit(hj.hardware.sample, static_argnames=("n", "base", "spread", "links"))
     ps = jitted(jax.random.key(0), n=2, base="edge", spread=2.0)

@@ -111,26 +111,22 @@ class LayerGraph:
         if preds.ndim == op_class.ndim:  # a single predecessor slot given as a vector
             preds = preds[..., None]
         g = cls(
-            op_class=jnp.asarray(op_class),
-            block=jnp.asarray(np.asarray(block, np.int32)),
-            block_kind=jnp.asarray(block_kind),
-            flops=jnp.asarray(np.asarray(flops, np.float32)),
-            act_bytes=jnp.asarray(np.asarray(act_bytes, np.float32)),
-            param_bytes=jnp.asarray(np.asarray(param_bytes, np.float32)),
-            out_bytes=jnp.asarray(np.asarray(out_bytes, np.float32)),
-            preds=jnp.asarray(preds),
-            op_mask=jnp.asarray(
-                np.ones(op_class.shape, bool) if op_mask is None else np.asarray(op_mask, bool)
-            ),
-            block_mask=jnp.asarray(
-                np.ones(block_kind.shape, bool)
-                if block_mask is None
-                else np.asarray(block_mask, bool)
-            ),
+            op_class=op_class,
+            block=np.asarray(block, np.int32),
+            block_kind=block_kind,
+            flops=np.asarray(flops, np.float32),
+            act_bytes=np.asarray(act_bytes, np.float32),
+            param_bytes=np.asarray(param_bytes, np.float32),
+            out_bytes=np.asarray(out_bytes, np.float32),
+            preds=preds,
+            op_mask=np.ones(op_class.shape, bool) if op_mask is None else np.asarray(op_mask, bool),
+            block_mask=np.ones(block_kind.shape, bool)
+            if block_mask is None
+            else np.asarray(block_mask, bool),
         )
-        if check:
+        if check:  # on the host numbers, so this also works while tracing
             validate(g)
-        return g
+        return jax.tree.map(jnp.asarray, g)
 
 
 _FLOAT_FIELDS = ("flops", "act_bytes", "param_bytes", "out_bytes")

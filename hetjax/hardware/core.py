@@ -65,11 +65,11 @@ class Platform:
         check: bool = True,
     ) -> Platform:
         """Build a platform from array-likes (float32); the mask defaults to all-real."""
-        f = lambda x: jnp.asarray(np.asarray(x, np.float32))  # noqa: E731
-        mem_bw = np.asarray(mem_bw, np.float32)
+        f = lambda x: np.asarray(x, np.float32)  # noqa: E731
+        mem_bw = f(mem_bw)
         p = cls(
             peak=f(peak),
-            mem_bw=f(mem_bw),
+            mem_bw=mem_bw,
             launch=f(launch),
             mem_capacity=f(mem_capacity),
             p_busy=f(p_busy),
@@ -78,13 +78,13 @@ class Platform:
             link_bw=f(link_bw),
             link_latency=f(link_latency),
             link_energy=f(link_energy),
-            device_mask=jnp.asarray(
-                np.ones(mem_bw.shape, bool) if device_mask is None else np.asarray(device_mask)
-            ),
+            device_mask=np.ones(mem_bw.shape, bool)
+            if device_mask is None
+            else np.asarray(device_mask, bool),
         )
-        if check:
+        if check:  # on the host numbers, so this also works while tracing
             validate(p)
-        return p
+        return jax.tree.map(jnp.asarray, p)
 
 
 _VECTOR_FIELDS = ("mem_bw", "launch", "mem_capacity", "p_busy", "p_idle", "b_half")
