@@ -22,8 +22,12 @@ falling back to every legal device when none fits; the fixed rules (all_on, stat
 round_robin) do not, and rely on the batch selection to avoid infeasible batches.
 
 All strategies are pure: `batches`, `weights` and sizes (k, population, ...) are static
-(hashable), everything else may be traced. They are jitted internally and vmap over platforms:
+(hashable), everything else may be traced. Each is a thin host wrapper (argument checks) around
+jitted pieces, so it runs fast eagerly, under `jax.jit`, and vmapped over platforms:
 `jax.vmap(strategy, in_axes=(None, None, 0, None))(key, graph, sampled_platforms, batches)`.
+Candidates are scored by `candidate_scores`, which pads their count to a multiple of 32 rows:
+called eagerly, every strategy with fewer than 32 candidates (all but the searches at their
+default budgets) reuses one compiled simulation per (graph, platform) shape.
 """
 
 from __future__ import annotations
