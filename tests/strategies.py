@@ -29,6 +29,8 @@ __all__ = [
     "cases",
     "evaluate",
     "sample",
+    "MODEL_SHAPE",
+    "tiny_model",
 ]
 
 N_MAX, M_MAX, P_MAX, D_MAX = 14, 6, 3, 4
@@ -37,6 +39,16 @@ N_MAX, M_MAX, P_MAX, D_MAX = 14, 6, 3, 4
 evaluate = jax.jit(hj.evaluate, static_argnames=("chunk",))
 # hj.hardware.sample jitted around a Platform base (a traced argument).
 sample = jax.jit(hj.hardware.sample, static_argnames=("n", "spread", "links"))
+
+# Padded (n_max, m_max, p_max, d_max) of the small built-in models the tests evaluate.
+MODEL_SHAPE = (48, 8, 3, 3)
+
+
+def tiny_model(name="bert-tiny", seq_len=16):
+    """A small built-in Transformer padded to MODEL_SHAPE (block granularity)."""
+    n, m, p, _ = MODEL_SHAPE
+    return hj.graphs.pad(hj.graphs.transformer(name, seq_len=seq_len), n, m, p)
+
 
 _SEEDS = st.integers(0, 2**32 - 1)
 

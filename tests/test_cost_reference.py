@@ -121,10 +121,10 @@ def test_evaluate_agrees_with_reference_f64(case):
     st.lists(hst.batches(), min_size=10, max_size=10),
 )
 def test_batched_plans_equal_per_plan(g, p, placements, batches):
-    plans = hj.Plan.create(np.stack(placements), np.array(batches))
+    plans = hj.Plan.create(np.stack(placements).reshape(2, 5, -1), np.reshape(batches, (2, 5)))
     batched = _evaluate(g, p, plans, chunk=4)  # 10 plans in 3 chunks of 4 (last one padded)
-    assert batched.latency.shape == (10,) and batched.busy.shape == (10, hst.D_MAX)
-    batched = jax.tree.map(np.asarray, batched)
+    assert batched.latency.shape == (2, 5) and batched.busy.shape == (2, 5, hst.D_MAX)
+    batched = jax.tree.map(lambda x: np.asarray(x).reshape((10,) + x.shape[2:]), batched)
     ref_plan = _reference_plan_metrics(g, p)
     for k in range(10):
         one = _evaluate(g, p, hj.Plan.create(placements[k], batches[k]))

@@ -1,0 +1,141 @@
+"""The cost model under JAX transforms: jit (no retracing), vmap, grad, lax.scan; the score."""
+
+from __future__ import annotations
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import strategies as hst
+
+import hetjax as hj
+from hetjax.graphs import ATTENTION, FFN
+from hetjax.reference import evaluate_reference, score_reference
+
+FLOAT_FIELDS = (
+    "peak",
+    "mem_bw",
+    "launch",
+    "mem_capacity",
+    "p_busy",
+    "p_idle",
+    "b_half",
+    "link_bw",
+    "link_latency",
+    "link_energy",
+)
+
+
+def _platform(name="host3"):
+    return hj.hardware.pad(hj.hardware.preset(name), hst.MODEL_SHAPE[3])
+
+
+def _plans(g, n_dev, k, seed=0):
+    """k feasible block plans: ATTENTION / FFN blocks (no CONTROL ops) on random devices."""
+    rng = np.random.default_rng(seed)
+    kinds = np.asarray(g.block_kind)
+    inner = (kinds == ATTENTION) | (kinds == FFN)
+    bp = np.where(inner, rng.integers(0, n_dev, (k, g.m_max)), 0)
+    return hj.Plan.from_blocks(g, bp, rng.uniform(1.0, 16.0, k))
+
+
+def _row(plan, k):
+    return jax.tree.map(lambda x: x[k], plan)
+
+
+def test_jit_traces_once():
+    chex.clear_trace_counter()
+    ev = jax.jit(chex.assert_max_traces(hj.evaluate, n=1))
+    g, plans = hst.tiny_model(), _plans(hst.tiny_model(), 2, 4)
+    for name in ("host3", "edge"):  # another platform of the same padded shape
+        for k in range(4):
+            m = ev(g, _platform(name), _row(plans, k))
+            assert np.isfinite(float(m.latency))
+    with pytest.raises(AssertionError, match="traced > 1"):  # a new shape would retrace
+        ev(hj.graphs.transformer("bert-tiny", 16), _platform(), hj.reference_plan(hst.tiny_model()))
+
+
+def test_vmap_over_sampled_platforms():
+    g = hst.tiny_model()
+    ps = hst.sample(jax.random.key(0), n=16, base=_platform(), spread=3.0)
+    plan = _row(_plans(g, 3, 1, seed=3), 0)
+    out = jax.jit(jax.vmap(hj.evaluate, in_axes=(None, 0, None)))(g, ps, plan)
+    assert out.latency.shape == (16,)
+    assert np.unique(np.asarray(out.latency)).size == 16  # the platforms differ
+    for k in (0, 7, 15):
+        m = hst.evaluate(g, jax.tree.map(lambda x, k=k: x[k], ps), plan)
+        for f in m.__dataclass_fields__:
+            np.testing.assert_allclose(getattr(out, f)[k], getattr(m, f), rtol=1e-6, err_msg=f)
+
+
+@jax.jit
+def _jacobian(floats, platform, g, plan):
+    """(latency, score) and their gradients w.r.t. the platform's float fields."""
+
+    def latency_and_score(fl):
+        p = platform.replace(**fl)
+        m = hj.evaluate(g, p, plan)
+        return jnp.stack([m.latency, hj.score(m, hj.evaluate(g, p, hj.reference_plan(g)))])
+
+    return latency_and_score(floats), jax.jacrev(latency_and_score)(floats)
+
+
+def test_grad_wrt_platform_is_finite_and_consistent():
+    g, p = hst.tiny_model(), _platform()
+    plan = _row(_plans(g, 3, 1, seed=5), 0)
+    floats = {f: getattr(p, f) for f in FLOAT_FIELDS}
+    (t, s), jac = _jacobian(floats, p, g, plan)
+    gl = {f: jac[f][0] for f in FLOAT_FIELDS}  # d latency / d field
+    gs = {f: jac[f][1] for f in FLOAT_FIELDS}  # d score / d field
+    m = hst.evaluate(g, p, plan)
+    assert bool(m.feasible) and float(m.transfer_share) > 0
+    np.testing.assert_allclose(t, m.latency, rtol=1e-6)
+    for f in FLOAT_FIELDS:
+        assert np.isfinite(np.asarray(gl[f])).all(), f
+        assert np.isfinite(np.asarray(gs[f])).all(), f
+    assert np.isfinite(float(s))
+    # Euler's theorem: scaling every rate (peak, mem_bw, link_bw) by c and every fixed time
+    # (launch, link_latency) by 1/c divides the latency by c, so the gradient's component
+    # along that direction is exactly -T.
+    along = sum(float(jnp.sum(gl[f] * floats[f])) for f in ("peak", "mem_bw", "link_bw"))
+    along -= sum(float(jnp.sum(gl[f] * floats[f])) for f in ("launch", "link_latency"))
+    np.testing.assert_allclose(along, -float(t), rtol=1e-4)
+    assert float(jnp.abs(gl["peak"]).sum()) > 0 and float(jnp.abs(gl["link_bw"]).sum()) > 0
+    assert float(jnp.abs(gs["p_busy"]).sum()) > 0  # the score sees energy
+
+
+@pytest.mark.parametrize("name", ["edge", "soc", "datacenter", "host3"])
+def test_reference_plan_scores_alpha_plus_beta_minus_gamma(name):
+    g, p = hst.tiny_model(), _platform(name)
+    for b_ref in (1.0, 4.0):
+        plan = hj.reference_plan(g, b_ref)
+        ref = hst.evaluate(g, p, plan)
+        assert bool(ref.feasible)
+        np.testing.assert_allclose(hj.score(ref, ref), 0.8, rtol=1e-6)
+        np.testing.assert_allclose(hj.score(ref, ref, weights=(1.0, 0.5, 0.25)), 1.25, rtol=1e-6)
+        r = evaluate_reference(g, p, plan.placement, plan.batch)
+        assert abs(score_reference(r, r) - 0.8) < 1e-12
+    infeasible = hst.evaluate(g, p, hj.Plan.create(np.full(g.n_max, 9), 1.0))
+    assert float(hj.score(infeasible, ref)) == -np.inf
+
+
+def test_evaluate_under_lax_scan():
+    g, p = hst.tiny_model(), _platform()
+    plans = _plans(g, 3, 4, seed=9)
+
+    @jax.jit
+    def run(plans):
+        def step(total, plan):
+            m = hj.evaluate(g, p, plan)
+            return total + m.latency, m
+
+        return jax.lax.scan(step, jnp.zeros(()), plans)
+
+    total, ms = run(plans)
+    assert ms.latency.shape == (4,) and ms.busy.shape == (4, 3)
+    for k in range(4):
+        m = hst.evaluate(g, p, _row(plans, k))
+        for f in m.__dataclass_fields__:
+            np.testing.assert_allclose(getattr(ms, f)[k], getattr(m, f), rtol=1e-6, err_msg=f)
+    np.testing.assert_allclose(total, np.sum(ms.latency), rtol=1e-6)
