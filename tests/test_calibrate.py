@@ -56,6 +56,15 @@ def test_profile_maps_every_node_one_to_one(tiny, tmp_path, monkeypatch):
     assert os.listdir(tmp_path) == []
 
 
+def test_round_robin_profiles_split_runs_per_dims(tiny):
+    path = tiny[0]
+    items = [(path, {"batch": 1, "sequence": 4}), (path, {"batch": 2, "sequence": 8})]
+    profs = cal.profile_models(items, repeats=2, warmup=1)
+    assert [p.dims for p in profs] == [d for _, d in items]
+    for p in profs:  # every kernel event of every measured round found its run
+        assert p.node_runs.shape == (len(p.node_names), 2) and np.isfinite(p.node_runs).all()
+
+
 def test_profile_json_round_trip(tiny):
     prof = tiny[2]
     back = cal.Profile.from_json(json.loads(json.dumps(prof.to_json())))

@@ -57,6 +57,7 @@ __all__ = [
     "FitData",
     "FitResult",
     "profile_model",
+    "profile_models",
     "fit",
     "fit_params",
     "to_platform",
@@ -153,98 +154,167 @@ def profile_model(
     clock: str = "auto",
     stat: str = "median",
 ) -> Profile:
-    """Measure per-node kernel times and end-to-end latency with ONNX Runtime (CPU EP).
+    """Measure one model's per-node kernel times and end-to-end latency (see `profile_models`)."""
+    (prof,) = profile_models([(path_or_model, dims)], repeats=repeats, warmup=warmup,
+                             threads=threads, clock=clock, stat=stat)  # fmt: skip
+    return prof
 
-    Graph optimisations off, `threads` intra-op threads, sequential execution. The first
-    `warmup` runs are dropped; times are medians over `repeats` runs. `clock` times the
-    end-to-end latency: "wall", or "cpu" = the calling thread's CPU time, which with one thread
-    equals the wall-clock time on an idle machine but leaves out the time other processes take
-    from it on a shared one ("auto": "cpu" for threads=1, else "wall"). `stat` "median" or "min"
-    reduces each node's kernel times over the repeats. Temporary profiler files are deleted.
+
+class _Target(NamedTuple):
+    """One model's two sessions and the dims it runs at (host-side bookkeeping)."""
+
+    label: str
+    names: list[str]
+    prof: object  # onnxruntime.InferenceSession with profiling
+    plain: object  # onnxruntime.InferenceSession without
+    dims: list[dict]
+    feeds: list[dict]
+    items: list[int]  # index into the caller's list for each dims
+
+
+def _source(path_or_model, model, names, label):
+    """What to give ONNX Runtime: the path, or the serialized model with unnamed nodes named."""
+    if [n.name for n in model.graph.node] == names and isinstance(
+        path_or_model, (str, os.PathLike)
+    ):
+        return str(path_or_model)
+    if len(set(names)) != len(names):
+        raise OnnxImportError(f"{label}: node names are not unique; cannot map profiles")
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    for node, name in zip(m.graph.node, names, strict=True):
+        node.name = name
+    return m.SerializeToString()
+
+
+def profile_models(
+    items: Sequence[tuple[object, Mapping[str, int] | None]],
+    *,
+    repeats: int = 5,
+    warmup: int = 2,
+    threads: int = 1,
+    clock: str = "auto",
+    stat: str = "median",
+) -> list[Profile]:
+    """Measure per-node kernel times and end-to-end latency with ONNX Runtime (CPU EP) for each
+    (model, dims) item; models are ONNX paths or ModelProtos, dims None = DEFAULT_DIMS.
+
+    Graph optimisations off, `threads` intra-op threads, sequential execution. Each model gets
+    a profiling session and a plain one; every round runs every item once in each, round-robin
+    over the items, so slow changes in the machine's load hit every item alike. The first
+    `warmup` rounds are dropped. `stat` ("median" or "min") reduces each node's kernel times
+    over the `repeats` rounds; the end-to-end latency is the median over the rounds, timed on
+    `clock`: "wall", or "cpu" = the calling thread's CPU time, which with one thread equals the
+    wall-clock time on an idle machine but leaves out the time other processes take from it on
+    a shared one ("auto": "cpu" for threads=1, else "wall"). Profiler files are temporary.
     """
     import onnxruntime as ort
 
     if repeats < 1 or warmup < 0 or threads < 1:
         raise HetjaxError(
-            f"profile_model: repeats={repeats} (>= 1), warmup={warmup} (>= 0), "
+            f"profile_models: repeats={repeats} (>= 1), warmup={warmup} (>= 0), "
             f"threads={threads} (>= 1)"
         )
     if stat not in ("median", "min"):
-        raise HetjaxError(f"profile_model: stat = {stat!r}: use 'median' or 'min'")
+        raise HetjaxError(f"profile_models: stat = {stat!r}: use 'median' or 'min'")
     if clock == "auto":
         clock = "cpu" if threads == 1 else "wall"
     if clock not in ("cpu", "wall"):
-        raise HetjaxError(f"profile_model: clock = {clock!r}: use 'auto', 'cpu' or 'wall'")
+        raise HetjaxError(f"profile_models: clock = {clock!r}: use 'auto', 'cpu' or 'wall'")
     if clock == "cpu" and threads != 1:
-        raise HetjaxError("profile_model: clock='cpu' measures one thread; use threads=1")
-    dims = dict(DEFAULT_DIMS if dims is None else dims)
-    model, label = read_model(path_or_model)
-    names = node_names(model)
-    feeds = _feeds(model, label, dims)
-    renamed = [n.name for n in model.graph.node] != names or len(set(names)) != len(names)
-    if renamed or not isinstance(path_or_model, (str, os.PathLike)):
-        if len(set(names)) != len(names):
-            raise OnnxImportError(f"{label}: node names are not unique; cannot map profiles")
-        m = onnx.ModelProto()
-        m.CopyFrom(model)
-        for node, name in zip(m.graph.node, names, strict=True):
-            node.name = name
-        source = m.SerializeToString()
-    else:
-        source = str(path_or_model)
+        raise HetjaxError("profile_models: clock='cpu' measures one thread; use threads=1")
+    groups: dict[int, list[int]] = {}  # the same model object / path shares its sessions
+    keys = []
+    for k, (src, _) in enumerate(items):
+        key = str(src) if isinstance(src, (str, os.PathLike)) else id(src)
+        keys.append(key)
+        groups.setdefault(keys.index(key), []).append(k)
+    results: list[Profile | None] = [None] * len(items)
     with tempfile.TemporaryDirectory(prefix="hetjax-prof-") as tmp:
+        targets: list[_Target] = []
         try:
-            prof = ort.InferenceSession(
-                source, _session_options(threads, os.path.join(tmp, "p")),
-                providers=["CPUExecutionProvider"],
-            )  # fmt: skip
-            plain = ort.InferenceSession(
-                source, _session_options(threads, None), providers=["CPUExecutionProvider"]
-            )
-            # Alternate the two sessions so both see the same background load.
-            walls, cpus = [], []
+            for first, members in groups.items():
+                src = items[first][0]
+                model, label = read_model(src)
+                names = node_names(model)
+                dims = [dict(DEFAULT_DIMS if items[k][1] is None else items[k][1]) for k in members]
+                feeds = [_feeds(model, label, d) for d in dims]
+                source = _source(src, model, names, label)
+                del model
+                opts = _session_options(threads, os.path.join(tmp, f"p{first}_"))
+                try:
+                    prof = ort.InferenceSession(source, opts, providers=["CPUExecutionProvider"])
+                    plain = ort.InferenceSession(
+                        source, _session_options(threads, None),
+                        providers=["CPUExecutionProvider"],
+                    )  # fmt: skip
+                except Exception as err:  # onnxruntime raises its own exception types
+                    raise OnnxImportError(
+                        f"{label}: ONNX Runtime could not load the model ({err})"
+                    ) from None
+                targets.append(_Target(label, names, prof, plain, dims, feeds, members))
+            walls = {k: [] for k in range(len(items))}
+            cpus = {k: [] for k in range(len(items))}
             for r in range(warmup + repeats):
-                prof.run(None, feeds)
-                t0, c0 = time.perf_counter(), time.thread_time()
-                plain.run(None, feeds)
-                c1, t1 = time.thread_time(), time.perf_counter()
-                if r >= warmup:
-                    walls.append(t1 - t0)
-                    cpus.append(c1 - c0)
-            events = json.loads(Path(prof.end_profiling()).read_text())
-        except Exception as err:  # onnxruntime raises its own exception types
-            if isinstance(err, HetjaxError):
-                raise
-            raise OnnxImportError(
-                f"{label}: ONNX Runtime could not run the model ({err})"
-            ) from None
+                for t in targets:
+                    for k, feed in zip(t.items, t.feeds, strict=True):
+                        try:
+                            t.prof.run(None, feed)
+                            t0, c0 = time.perf_counter(), time.thread_time()
+                            t.plain.run(None, feed)
+                            c1, t1 = time.thread_time(), time.perf_counter()
+                        except Exception as err:
+                            raise OnnxImportError(
+                                f"{t.label}: ONNX Runtime could not run the model at "
+                                f"{items[k][1]} ({err})"
+                            ) from None
+                        if r >= warmup:
+                            walls[k].append(t1 - t0)
+                            cpus[k].append(c1 - c0)
+            for t in targets:
+                events = json.loads(Path(t.prof.end_profiling()).read_text())
+                runs = _split_runs(events, t.names, len(t.items), warmup, repeats)
+                for j, k in enumerate(t.items):
+                    with warnings.catch_warnings():  # nodes without events stay nan
+                        warnings.simplefilter("ignore", RuntimeWarning)
+                        red = np.nanmedian if stat == "median" else np.nanmin
+                        times = red(runs[j], axis=1)
+                    results[k] = Profile(
+                        source=t.label, dims=t.dims[j], node_names=tuple(t.names),
+                        node_time=times, node_runs=runs[j],
+                        latency=statistics.median(cpus[k] if clock == "cpu" else walls[k]),
+                        wall_latency=statistics.median(walls[k]),
+                        kernel_sum=float(np.nansum(times)), clock=clock, threads=threads,
+                        repeats=repeats, load=_load(),
+                    )  # fmt: skip
         finally:
-            prof = plain = None
-    per_node: dict[str, list[float]] = {}
-    for e in events:
-        if e.get("cat") == "Node" and e.get("name", "").endswith("_kernel_time"):
-            per_node.setdefault(e["name"][: -len("_kernel_time")], []).append(e["dur"] * 1e-6)
-    runs = np.full((len(names), repeats), np.nan)
-    for i, n in enumerate(names):
-        r = per_node.get(n, [])[warmup : warmup + repeats]
-        runs[i, : len(r)] = r
-    with warnings.catch_warnings():  # all-nan rows: nodes without events stay nan
-        warnings.simplefilter("ignore", RuntimeWarning)
-        times = np.nanmedian(runs, axis=1) if stat == "median" else np.nanmin(runs, axis=1)
-    return Profile(
-        source=label,
-        dims=dims,
-        node_names=tuple(names),
-        node_time=times,
-        node_runs=runs,
-        latency=statistics.median(cpus if clock == "cpu" else walls),
-        wall_latency=statistics.median(walls),
-        kernel_sum=float(np.nansum(times)),
-        clock=clock,
-        threads=threads,
-        repeats=repeats,
-        load=_load(),
+            targets.clear()  # release the sessions before the folder goes
+    return results
+
+
+def _split_runs(events, names, n_dims, warmup, repeats) -> list[np.ndarray]:
+    """Kernel times f64[n_nodes, repeats] (s) per dims from one session's profile events.
+
+    Node events are assigned to the `model_run` interval that contains them; runs came in
+    rounds of `n_dims` calls (one per dims), the first `warmup` rounds are dropped.
+    """
+    run_starts = sorted(
+        (e["ts"], e["ts"] + e["dur"]) for e in events if e.get("name") == "model_run"
     )
+    starts = np.array([a for a, _ in run_starts])
+    index = {n: i for i, n in enumerate(names)}
+    out = [np.full((len(names), repeats), np.nan) for _ in range(n_dims)]
+    for e in events:
+        if e.get("cat") != "Node" or not e.get("name", "").endswith("_kernel_time"):
+            continue
+        i = index.get(e["name"][: -len("_kernel_time")])
+        run = int(np.searchsorted(starts, e["ts"], side="right")) - 1
+        if i is None or run < 0:
+            continue
+        rnd, j = divmod(run, n_dims)
+        if warmup <= rnd < warmup + repeats:
+            out[j][i, rnd - warmup] = e["dur"] * 1e-6
+    return out
 
 
 def _load() -> float:
@@ -498,24 +568,35 @@ def _resolve_models(models: Sequence, workdir: str) -> list[tuple[str, object]]:
 
 
 def _profile_all(models, dims_list, *, repeats, warmup, threads, stat, log):
-    pairs, names = [], []
-    for name, src in models:
+    """Profile every (model, dims) in one round-robin.
+
+    Returns [(Imported, Profile)], the display name and the index into `models` of each.
+    """
+    items, names, origin = [], [], []
+    for m, (name, src) in enumerate(models):
         seen = set()
         model, label = read_model(src)
         for dims in dims_list:
             shapes = tuple(sorted(_resolve_inputs(model, label, dims)[0].items()))
-            if shapes in seen:  # e.g. a ViT ignores "sequence"
-                continue
-            seen.add(shapes)
-            t0 = time.perf_counter()
-            prof = profile_model(src, dims, repeats=repeats, warmup=warmup, threads=threads,
-                                 stat=stat)  # fmt: skip
-            pairs.append((import_model(src, dims, granularity="op", warn=False), prof))
-            names.append(name)
-            if log:  # noqa: SIM102
-                log(f"profiled {name} {dims}: latency {prof.latency * 1e3:.2f} ms "
-                    f"({time.perf_counter() - t0:.1f} s)")  # fmt: skip
-    return pairs, names
+            if shapes not in seen:  # e.g. a ViT ignores "sequence"
+                seen.add(shapes)
+                items.append((src, dims))
+                names.append(name)
+                origin.append(m)
+        del model
+    if log:
+        log(f"profiling {len(items)} model/dims pairs round-robin: {warmup} warm-up + "
+            f"{repeats} measured rounds, {threads} thread(s)")  # fmt: skip
+    t0 = time.perf_counter()
+    profs = profile_models(items, repeats=repeats, warmup=warmup, threads=threads, stat=stat)
+    pairs = [(import_model(src, dims, granularity="op", warn=False), prof)
+             for (src, dims), prof in zip(items, profs, strict=True)]  # fmt: skip
+    if log:
+        for name, (_, prof) in zip(names, pairs, strict=True):
+            log(f"  {name} {prof.dims}: latency {prof.latency * 1e3:.2f} ms ({prof.clock} "
+                f"clock; wall {prof.wall_latency * 1e3:.2f} ms)")  # fmt: skip
+        log(f"profiled in {time.perf_counter() - t0:.0f} s")
+    return pairs, names, origin
 
 
 def calibrate(
@@ -538,16 +619,15 @@ def calibrate(
     dims_list = [dict(DEFAULT_DIMS)] if not dims_list else [dict(d) for d in dims_list]
     with tempfile.TemporaryDirectory(prefix="hetjax-cal-") as tmp:
         resolved = _resolve_models(models, tmp)
-        pairs, names = _profile_all(resolved, dims_list, repeats=repeats, warmup=warmup,
-                                    threads=threads, stat=stat, log=log)  # fmt: skip
+        pairs, names, _ = _profile_all(resolved, dims_list, repeats=repeats, warmup=warmup,
+                                       threads=threads, stat=stat, log=log)  # fmt: skip
     result = fit(pairs, steps=steps, lr=lr, e2e_weight=e2e_weight)
     rows = fidelity(result, pairs)
     for row, name in zip(rows, names, strict=True):
         row["model"] = name
     if out is not None:
-        save_platform(result, out, [f"{n} {p.dims}" for n, (_, p) in zip(names, pairs,
-                                                                       strict=True)],
-                      threads=threads, repeats=repeats, rows=rows)  # fmt: skip
+        fitted_on = [f"{n} {p.dims}" for n, (_, p) in zip(names, pairs, strict=True)]
+        save_platform(result, out, fitted_on, threads=threads, repeats=repeats, rows=rows)
     return result, rows
 
 
@@ -581,7 +661,7 @@ def run_fidelity(
     seqs: Sequence[int] = (64, 128),
     *,
     batch: int = 1,
-    repeats: int = 7,
+    repeats: int = 10,
     warmup: int = 2,
     threads: int = 1,
     stat: str = "median",
@@ -598,14 +678,14 @@ def run_fidelity(
     dims_list = [{"batch": batch, "sequence": int(s)} for s in seqs]
     t_start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="hetjax-fid-") as tmp:
-        fit_pairs, fit_names = _profile_all(
-            _resolve_models(fit_models, tmp), dims_list, repeats=repeats, warmup=warmup,
-            threads=threads, stat=stat, log=log,
-        )  # fmt: skip
-        test_pairs, test_names = _profile_all(
-            _resolve_models(test_models, tmp), dims_list, repeats=repeats, warmup=warmup,
-            threads=threads, stat=stat, log=log,
-        )  # fmt: skip
+        fit_res = _resolve_models(fit_models, tmp)
+        test_res = _resolve_models(test_models, tmp)
+        # One round-robin over both sets: the same background load for fit and held-out runs.
+        pairs, names, origin = _profile_all(fit_res + test_res, dims_list, repeats=repeats,
+                                    warmup=warmup, threads=threads, stat=stat, log=log)  # fmt: skip
+    n_fit = sum(m < len(fit_res) for m in origin)
+    fit_pairs, fit_names = pairs[:n_fit], names[:n_fit]
+    test_pairs, test_names = pairs[n_fit:], names[n_fit:]
     result = fit(fit_pairs, steps=steps, lr=lr, e2e_weight=e2e_weight)
     fit_rows = fidelity(result, fit_pairs)
     test_rows = fidelity(result, test_pairs)

@@ -51,8 +51,8 @@ def _rows_table(title: str, rows: list[dict]):
     from rich.table import Table
 
     t = Table(title=title)
-    for col in ("model", "seq", "nodes", "within 10%", "within 25%", "Spearman",
-                "measured ms", "predicted ms", "latency error"):  # fmt: skip
+    for col in ("model", "seq", "nodes", "±10%", "±25%", "Spearman", "measured ms",
+                "predicted ms", "error"):  # fmt: skip
         t.add_column(col, justify="left" if col == "model" else "right")
     for r in rows:
         t.add_row(
@@ -126,7 +126,7 @@ def fidelity_cmd(
     test: Annotated[list[str] | None, typer.Option("--test", help="held-out models")] = None,
     seq: Seq = None,
     batch: Batch = 1,
-    repeats: Repeats = 7,
+    repeats: Repeats = 10,
     warmup: Warmup = 2,
     threads: Threads = 1,
     steps: Steps = 600,

@@ -5,7 +5,7 @@ Conventions (per node, at the shapes resolved from `dims`; docs/calibration.md h
 - FLOP: MatMul 2*prod(out)*k; Gemm 2*M*N*K (+M*N with a bias); Conv 2*prod(out)*Cin/g*prod(kernel)
   (+prod(out) with a bias); Einsum 2*prod(all index sizes); Softmax 5, LayerNormalization 8,
   RMS norms 6, BatchNormalization 2 per element; reductions 1 per input element; transcendental
-  functions (Erf, Tanh, Exp, Sigmoid, ...) 4 and Gelu 8 per output element; other arithmetic,
+  functions (Pow, Erf, Tanh, Exp, Sigmoid, ...) 4 and Gelu 8 per output element; other arithmetic,
   comparisons, selects and data movement (Transpose, Concat, Slice, Gather, Cast, Expand, ...) 1
   per output element (an element written); views (Reshape, Squeeze, Unsqueeze, Flatten,
   Identity) and Shape/Size 0.
@@ -13,7 +13,8 @@ Conventions (per node, at the shapes resolved from `dims`; docs/calibration.md h
   first consumer that is not a Gather (a tied embedding table is charged to the LM head that
   streams it), else to its first consumer; integer constants (shapes, axes, indices) are not
   parameters. `act_bytes` = bytes of the non-constant inputs read + outputs written (Shape/Size
-  read no data: outputs only; views move no data: 0); `out_bytes` = bytes of the outputs.
+  read no data: outputs only; views move no data: 0, unless the view is a graph output, which
+  gets its own buffer: a copy); `out_bytes` = bytes of the outputs.
   Sizes use each tensor's real dtype; `dtype_bytes` overrides the size of floating-point
   elements (e.g. 2 to compare an fp32 export with the fp16 built-in graphs).
 - Per sample: FLOP and activation/output bytes are divided by the batch dimension's value when
@@ -91,12 +92,12 @@ def _ops(names: str) -> list[str]:
 
 
 _ARITH = _ops(
-    "Add Sub Mul Div Pow Sqrt Neg Abs Reciprocal Max Min Mean Sum Clip Relu LeakyRelu PRelu "
+    "Add Sub Mul Div Sqrt Neg Abs Reciprocal Max Min Mean Sum Clip Relu LeakyRelu PRelu "
     "Floor Ceil Round Sign Mod ThresholdedRelu BitShift Shrink"
 )
 _TRANSC = _ops(
-    "Erf Tanh Sigmoid Exp Log Cos Sin Tan Softplus Softsign Elu Selu Celu HardSigmoid HardSwish "
-    "Mish Atan Asin Acos Sinh Cosh Asinh Acosh Atanh"
+    "Pow Erf Tanh Sigmoid Exp Log Cos Sin Tan Softplus Softsign Elu Selu Celu HardSigmoid "
+    "HardSwish Mish Atan Asin Acos Sinh Cosh Asinh Acosh Atanh"
 )
 _MASK = _ops("Where Equal Less Greater LessOrEqual GreaterOrEqual Not And Or Xor IsNaN IsInf")
 _MOVE = _ops(
@@ -665,6 +666,7 @@ def import_model(
             values[t.name] = numpy_helper.to_array(t)
 
     static = set(const)  # initializers and Constant outputs: never activations
+    graph_outputs = {o.name for o in g.output}
     light = _light_model(model, input_shapes)
     try:
         inferred = onnx.shape_inference.infer_shapes(
@@ -746,8 +748,8 @@ def import_model(
         flops = _flops(node, rule, in_shapes, out_shapes)
         act_in = [] if op in _NO_READ else [x for x in dict.fromkeys(ins) if x not in static]
         act = sum(nbytes(x) for x in act_in) + sum(nbytes(o) for o in outs)
-        if op in _NO_DATA:
-            act = 0.0
+        if op in _NO_DATA and not any(o in graph_outputs for o in outs):
+            act = 0.0  # a view; a graph output gets its own buffer: a copy
         i = len(ops)
         ops.append(dict(name=name, type=op, cls=cls, flops=flops, act=act,
                         out=sum(nbytes(o) for o in outs), ins=ins, node=idx,
