@@ -566,8 +566,12 @@ def _cem(key, graph, platform, batches, weights, population, iterations, elite_f
         top, idx = jax.lax.top_k(sc, n_elite)
         w = jnp.isfinite(top).astype(jnp.float32)  # only feasible elites update the model
         n_w = jnp.sum(w)
-        freq_place = jnp.einsum("e,emd->md", w, jax.nn.one_hot(bp[idx], d)) / jnp.maximum(n_w, 1)
-        freq_batch = jnp.einsum("e,eb->b", w, jax.nn.one_hot(bi[idx], n_b)) / jnp.maximum(n_w, 1)
+        freq_place = jnp.einsum(
+            "e,emd->md", w, jax.nn.one_hot(bp[idx], d, dtype=jnp.float32)
+        ) / jnp.maximum(n_w, 1)
+        freq_batch = jnp.einsum(
+            "e,eb->b", w, jax.nn.one_hot(bi[idx], n_b, dtype=jnp.float32)
+        ) / jnp.maximum(n_w, 1)
         upd = n_w > 0
         place = jnp.where(upd, (1 - smoothing) * s.place + smoothing * freq_place, s.place)
         place = place * legal
