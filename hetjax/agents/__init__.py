@@ -1,0 +1,47 @@
+"""`hj.agents`: the PPO placement agent (Flax Linen + Optax), imitation and the training job.
+
+    config = hj.agents.PPOConfig(model="bert-base", platform="edge")
+    train = hj.agents.make_train(config, teacher)     # teacher: hj.agents.make_teacher(...)
+    out = jax.jit(jax.vmap(train))(jax.random.split(key, 4))   # four seeds in one call
+"""
+
+from hetjax.agents.network import ActorCritic, masked_logits
+from hetjax.agents.ppo import (
+    PPOConfig,
+    RunnerState,
+    Teacher,
+    Transition,
+    behaviour_log_prob,
+    greedy_rollout,
+    init_runner,
+    make_imitation,
+    make_setup,
+    make_train,
+    make_update,
+    sample_platforms,
+)
+from hetjax.agents.teachers import exact_scores, make_teacher, plan_to_actions
+from hetjax.agents.trainer import Trainer, load_checkpoint, save_checkpoint
+
+__all__ = [
+    "PPOConfig",
+    "ActorCritic",
+    "RunnerState",
+    "Teacher",
+    "Transition",
+    "make_train",
+    "make_setup",
+    "make_update",
+    "make_imitation",
+    "make_teacher",
+    "init_runner",
+    "greedy_rollout",
+    "sample_platforms",
+    "behaviour_log_prob",
+    "masked_logits",
+    "exact_scores",
+    "plan_to_actions",
+    "Trainer",
+    "save_checkpoint",
+    "load_checkpoint",
+]

@@ -1,0 +1,139 @@
+"""`hetjax train` and `hetjax place`: the training job and applying a trained policy."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Annotated
+
+import jax
+import typer
+
+__all__ = ["register", "train_job", "load_policy"]
+
+
+def train_job(config, out: Path, *, resume: bool = False, held_out: int = 256, chunk: int = 5,
+              progress: bool = True, stop_after: int | None = None) -> dict | None:  # fmt: skip
+    """Train, then write the report, the PNGs and report.json into `out` (returns the report;
+    None when stopped early by `stop_after`)."""
+    from hetjax.agents import report
+    from hetjax.agents.trainer import Trainer
+    from hetjax.io import write_json
+
+    trainer = Trainer(config, out, chunk=chunk)
+    runner, rows = trainer.run(resume=resume, progress=progress, stop_after=stop_after)
+    if stop_after is not None and int(runner.update) < config.num_updates:
+        return None
+    setup = trainer.setup
+    preset, plan, opt_plan = report.preset_report(setup, runner.params)
+    held = report.held_out_report(setup, runner.params, trainer.keys["held_out"], held_out)
+    doc = {"config": dataclasses.asdict(config), "preset": preset, "held_out": held,
+           "training": {"updates": int(runner.update), "wall_s": rows[-1]["wall_s"]}}  # fmt: skip
+    write_json(Path(out) / "report.json", doc)
+    report.plot_learning_curve(rows, Path(out) / "learning_curve.png")
+    report.plot_load_distribution(setup, plan, opt_plan, Path(out) / "load_distribution.png",
+                                  f"{config.model} on {config.platform}")  # fmt: skip
+    return doc
+
+
+def load_policy(checkpoint_dir: Path):
+    """(config, network params) of a finished or interrupted training run."""
+    from hetjax.agents import ppo
+    from hetjax.agents.trainer import load_checkpoint
+    from hetjax.errors import CheckpointError
+
+    d = Path(checkpoint_dir)
+    try:
+        cfg = json.loads((d / "config.json").read_text())["ppo"]
+    except FileNotFoundError:
+        raise CheckpointError(f"{d}: no config.json (not a training run directory)") from None
+    cfg = {k: tuple(v) if isinstance(v, list) else v for k, v in cfg.items()}
+    config = ppo.PPOConfig(**cfg)
+    setup = ppo.make_setup(config)
+    template = jax.jit(lambda k: ppo.init_runner(setup, k))(jax.random.key(0))
+    runner, _ = load_checkpoint(d / "checkpoint.msgpack", template)
+    return config, runner.params
+
+
+def register(app) -> None:
+    """Add `train` and `place` to the CLI."""
+    from rich.table import Table
+
+    from hetjax.cli import console
+
+    @app.command("train")
+    def train_cmd(
+        model: Annotated[str, typer.Option(help="built-in model")] = "bert-base",
+        platform: Annotated[str, typer.Option(help="preset to sample platforms around")] = "edge",
+        num_envs: Annotated[int, typer.Option(help="parallel environments")] = 512,
+        num_updates: Annotated[int, typer.Option(help="PPO updates")] = 60,
+        imitation_steps: Annotated[int, typer.Option(help="cloning steps (0 = off)")] = 300,
+        epsilon: Annotated[float, typer.Option(help="epsilon-greedy exploration")] = 0.15,
+        held_out: Annotated[int, typer.Option(help="held-out platforms")] = 256,
+        seed: Annotated[int, typer.Option(help="PRNG seed")] = 0,
+        out: Annotated[Path, typer.Option(help="run directory")] = Path("runs/train"),
+        resume: Annotated[bool, typer.Option(help="continue the run in --out")] = False,
+    ):
+        """Train the PPO placement agent, then report against the exact optimum."""
+        from hetjax.agents.ppo import PPOConfig
+
+        config = PPOConfig(model=model, platform=platform, num_envs=num_envs,
+                           num_updates=num_updates, imitation_steps=imitation_steps,
+                           epsilon=epsilon, seed=seed)  # fmt: skip
+        doc = train_job(config, out, resume=resume, held_out=held_out)
+        p, h = doc["preset"], doc["held_out"]
+        t = Table(title=f"learned policy: {model} on {platform}")
+        t.add_column("metric")
+        t.add_column("value", justify="right")
+        for k, v in [("batch", f"{p['batch']:g}"), ("latency", f"{p['latency_s'] * 1e3:.3f} ms"),
+                     ("throughput", f"{p['throughput']:.1f} samples/s"),
+                     ("energy", f"{p['energy_j']:.4f} J"), ("score", f"{p['score']:.4f}"),
+                     ("optimal score", f"{p['optimal_score']:.4f}"),
+                     ("gap to optimum", f"{p['gap_pct']:.2f} %"),
+                     ("latency reduction vs all-0", f"{p['latency_reduction_pct']:.1f} %"),
+                     ("layer std reduction vs all-0",
+                      f"{p['layer_time_std_reduction_pct']:.1f} %")]:  # fmt: skip
+            t.add_row(k, v)
+        console.print(t)
+        t2 = Table(title=f"zero-shot on {h['n']} held-out platforms: gap to the exact optimum")
+        for col in ("method", "mean gap %", "median gap %", "within 1 %", "wall s"):
+            t2.add_column(col, justify="right")
+        for name, s in [("PPO policy", h["policy"]), *h["baselines"].items()]:
+            t2.add_row(name, f"{s['mean_gap_pct']:.2f}", f"{s['median_gap_pct']:.2f}",
+                       f"{100 * s['within_1pct']:.1f}", f"{s['wall_s']:.2f}")  # fmt: skip
+        console.print(t2)
+        console.print(f"wrote {out}/report.json, metrics.csv, learning_curve.png, "
+                      "load_distribution.png, checkpoint.msgpack")  # fmt: skip
+
+    @app.command("place")
+    def place_cmd(
+        checkpoint: Annotated[Path, typer.Option(help="training run directory")],
+        model: Annotated[str | None, typer.Option(help="model (default: the trained one)")] = None,
+        platform: Annotated[str | None, typer.Option(help="preset (default: trained)")] = None,
+    ):
+        """Apply a trained policy: print its plan and metrics."""
+        import numpy as np
+
+        import hetjax as hj
+        from hetjax.agents import ppo, report
+        from hetjax.cli import metrics_rows
+
+        config, params = load_policy(checkpoint)
+        config = dataclasses.replace(config, model=model or config.model,
+                                     platform=platform or config.platform)  # fmt: skip
+        setup = ppo.make_setup(config)
+        plan = report.policy_plan(setup, params, setup.base)
+        g, p = setup.graph, setup.base
+        m = hj.evaluate(g, p, plan)
+        ref = hj.evaluate(g, p, hj.reference_plan(g))
+        first = np.searchsorted(np.asarray(g.block), np.arange(int(np.asarray(g.block_mask).sum())))
+        blocks = np.asarray(plan.placement)[first]
+        console.print(f"batch {float(plan.batch):g}; block devices: {''.join(map(str, blocks))}")
+        t = Table(title=f"policy plan: {config.model} on {config.platform}")
+        t.add_column("metric")
+        t.add_column("value", justify="right")
+        for k, v in metrics_rows(m, hj.hardware.PRESETS[config.platform].device_names):
+            t.add_row(k, v)
+        t.add_row("score", f"{float(hj.score(m, ref, config.weights)):.4f}")
+        console.print(t)

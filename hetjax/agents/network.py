@@ -1,0 +1,72 @@
+"""The actor-critic: an attention encoder over blocks that reads the platform descriptors.
+
+Flax Linen, not NNX: `apply(params, obs)` is a pure function of a params pytree, which is what
+`lax.scan`-based PPO, `jax.vmap` over seeds and flax.serialization checkpoints want; NNX's
+mutable modules would need split/merge at every one of those boundaries.
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+__all__ = ["ActorCritic", "masked_logits"]
+
+
+def masked_logits(logits: jax.Array, mask: jax.Array) -> jax.Array:
+    """Illegal actions get the dtype's most negative finite logit (never -inf: NaN-free)."""
+    return jnp.where(mask, logits, jnp.finfo(logits.dtype).min)
+
+
+class _Block(nn.Module):
+    """Pre-norm transformer layer over blocks (masked self-attention + MLP)."""
+
+    width: int
+    heads: int
+
+    @nn.compact
+    def __call__(self, x, mask):  # x f32[M, H], mask bool[M]
+        attn_mask = mask[None, :, None] & mask[None, None, :]  # [1, M, M]
+        h = nn.LayerNorm()(x)
+        h = nn.MultiHeadDotProductAttention(num_heads=self.heads, qkv_features=self.width)(
+            h, h, mask=attn_mask
+        )
+        x = x + h
+        h = nn.LayerNorm()(x)
+        h = nn.Dense(2 * self.width)(h)
+        return x + nn.Dense(self.width)(nn.gelu(h))
+
+
+class ActorCritic(nn.Module):
+    """(logits f32[A], value f32[]) for one observation (vmap for batches).
+
+    Per-block features (kind, per-device time estimates, placement so far, ...) are embedded
+    and mixed by `layers` attention layers; the policy reads the embedding of the block being
+    placed together with the flat features (progress, queues, memory, platform descriptors),
+    so one network can serve any model size and platform.
+    """
+
+    num_actions: int
+    width: int = 64
+    heads: int = 4
+    layers: int = 2
+
+    @nn.compact
+    def __call__(self, obs):
+        mask = obs.block_mask
+        x = nn.Dense(self.width)(obs.blocks)
+        for _ in range(self.layers):
+            x = _Block(self.width, self.heads)(x, mask)
+        x = nn.LayerNorm()(x)
+        pooled = jnp.sum(jnp.where(mask[:, None], x, 0.0), 0) / jnp.maximum(mask.sum(), 1)
+        current = x[obs.current]
+        g = nn.tanh(nn.Dense(self.width)(obs.features))
+        h = jnp.concatenate([current, pooled, g])
+        pi = nn.Dense(self.width)(nn.gelu(nn.Dense(2 * self.width)(h)))
+        logits = nn.Dense(self.num_actions, kernel_init=nn.initializers.orthogonal(0.01))(
+            nn.gelu(pi)
+        )
+        v = nn.Dense(self.width)(nn.gelu(nn.Dense(2 * self.width)(jnp.concatenate([pooled, g]))))
+        value = nn.Dense(1, kernel_init=nn.initializers.orthogonal(1.0))(nn.gelu(v))[0]
+        return masked_logits(logits, obs.action_mask), value

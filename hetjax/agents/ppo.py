@@ -1,0 +1,377 @@
+"""PPO with an epsilon-greedy behaviour mixture and imitation pre-training, all under lax.scan.
+
+    train = make_train(config)            # host: builds the environment, graph and teachers
+    out = jax.jit(train)(key)             # one seed
+    outs = jax.jit(jax.vmap(train))(keys) # several seeds in one call
+
+Each update samples a fresh platform for every parallel environment around the preset
+(domain randomisation), rolls out one episode per environment (the batch step, then one step
+per block) and runs `update_epochs` epochs of minibatch PPO on it.
+
+Exploration: with probability epsilon the behaviour policy takes a uniformly random legal
+action. The behaviour policy is the mixture mu = (1 - eps) * pi + eps * uniform(legal), so the
+stored log-probabilities are log mu(a) and the clipped ratio is mu_new(a) / mu_old(a): PPO then
+optimises the mixture it actually ran, and the ratio is exactly 1 at the first epoch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+import hetjax as hj
+from hetjax.agents.network import ActorCritic
+from hetjax.env import PlacementEnv
+
+__all__ = [
+    "PPOConfig",
+    "Transition",
+    "RunnerState",
+    "Teacher",
+    "make_train",
+    "make_setup",
+    "behaviour_log_prob",
+    "sample_platforms",
+    "greedy_rollout",
+]
+
+
+@dataclass(frozen=True)
+class PPOConfig:
+    """Hyperparameters and the training problem. Defaults train bert-base on `edge` in minutes
+    on a 2-core CPU."""
+
+    model: str = "bert-base"
+    seq_len: int = 128
+    platform: str = "edge"  # preset around which training platforms are sampled
+    spread: float = 2.0  # log-uniform factor of `hj.hardware.sample`
+    weights: tuple[float, float, float] = (0.6, 0.3, 0.1)  # SPEC score (alpha, beta, gamma)
+    batches: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
+    num_envs: int = 512  # parallel environments, each on its own sampled platform
+    num_updates: int = 60  # PPO updates (one episode per environment each)
+    update_epochs: int = 4
+    num_minibatches: int = 4
+    gamma: float = 1.0  # episodic, terminal reward
+    gae_lambda: float = 0.95
+    clip_eps: float = 0.2
+    vf_coef: float = 0.5
+    ent_coef: float = 0.003
+    max_grad_norm: float = 0.5
+    lr: float = 3e-4
+    anneal_lr: bool = True
+    epsilon: float = 0.15  # epsilon-greedy exploration (the design's 0.15); 0 = off
+    imitation_steps: int = 300  # behaviour-cloning steps before PPO; 0 = off
+    imitation_teacher: str = "exact"  # "exact" (optimal plans) or a baseline strategy name
+    imitation_platforms: int = 256  # platforms the teacher solves
+    imitation_batch: int = 1024  # (observation, action) pairs per cloning step
+    imitation_lr: float = 1e-3
+    width: int = 64
+    heads: int = 4
+    layers: int = 2
+    seed: int = 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class Transition(NamedTuple):
+    obs: object  # Observation with leading [T, E]
+    action: jax.Array  # int32[T, E]
+    log_prob: jax.Array  # f32[T, E]  log of the behaviour mixture's probability
+    value: jax.Array  # f32[T, E]
+    reward: jax.Array  # f32[T, E]
+    done: jax.Array  # bool[T, E]
+    valid: jax.Array  # bool[T, E]  step belongs to each env's first episode of the rollout
+    score: jax.Array  # f32[T, E]   SPEC score at terminal steps (0 elsewhere)
+
+
+class RunnerState(NamedTuple):
+    params: object  # network parameters
+    opt_state: object
+    key: jax.Array
+    update: jax.Array  # int32[] updates done
+
+
+class Teacher(NamedTuple):
+    """Expert episodes for behaviour cloning: platforms and the action at every step."""
+
+    platforms: object  # Platform with leading [K]
+    actions: jax.Array  # int32[K, T] batch index, then the device of each block
+
+
+@dataclass(frozen=True)
+class Setup:
+    """Host-side constants of a training run (graph, env, network, optimiser)."""
+
+    config: PPOConfig
+    env: PlacementEnv
+    graph: object  # padded LayerGraph
+    base: object  # the preset Platform (padded)
+    network: ActorCritic
+    episode_len: int
+    optimizer: object = field(compare=False)
+    total_steps: int = 0
+
+
+def make_setup(config: PPOConfig) -> Setup:
+    """Validate the config and build the environment, padded graph and optimiser (host)."""
+    if config.num_envs % config.num_minibatches:
+        raise hj.PlanError(
+            f"num_envs={config.num_envs} must be a multiple of num_minibatches="
+            f"{config.num_minibatches}"
+        )
+    if not 0.0 <= config.epsilon < 1.0:
+        raise hj.PlanError(f"epsilon={config.epsilon}: must be in [0, 1)")
+    graph = hj.graphs.transformer(config.model, seq_len=config.seq_len)
+    base = hj.hardware.preset(config.platform)
+    env = PlacementEnv.sized_for([graph], [base], num_batches=len(config.batches))
+    graph = env.pad_graph(graph)
+    base = env.pad_platform(base)
+    episode_len = 1 + int(np.asarray(graph.block_mask).sum())
+    network = ActorCritic(env.num_actions, config.width, config.heads, config.layers)
+    minibatch_steps = config.update_epochs * config.num_minibatches * config.num_updates
+
+    def lr(count):
+        frac = 1.0 - jnp.minimum(count / max(minibatch_steps, 1), 1.0)
+        return config.lr * (frac if config.anneal_lr else 1.0)
+
+    optimizer = optax.chain(
+        optax.clip_by_global_norm(config.max_grad_norm), optax.adam(lr, eps=1e-5)
+    )
+    return Setup(config, env, graph, base, network, episode_len, optimizer,
+                 minibatch_steps)  # fmt: skip
+
+
+def sample_platforms(setup: Setup, key, n: int):
+    """n platforms around the preset, padded to the environment's device count."""
+    return hj.hardware.sample(key, n, base=setup.base, spread=setup.config.spread)
+
+
+def _env_params(setup: Setup, platforms):
+    c = setup.config
+    return jax.vmap(
+        lambda p: setup.env.make_params(setup.graph, p, weights=c.weights, batches=c.batches)
+    )(platforms)
+
+
+def behaviour_log_prob(logits, mask, action, epsilon):
+    """log mu(a) of the mixture (1 - eps) * softmax(logits) + eps * uniform(legal actions)."""
+    pi = jax.nn.softmax(logits)
+    uniform = mask / jnp.maximum(mask.sum(-1, keepdims=True), 1)
+    mix = (1.0 - epsilon) * pi + epsilon * uniform
+    return jnp.log(jnp.take_along_axis(mix, action[..., None], -1)[..., 0] + 1e-12)
+
+
+def _sample_action(key, logits, mask, epsilon):
+    k1, k2, k3 = jax.random.split(key, 3)
+    policy = jax.random.categorical(k1, logits)
+    uniform = jax.random.categorical(k2, jnp.where(mask, 0.0, jnp.finfo(jnp.float32).min))
+    explore = jax.random.uniform(k3, policy.shape) < epsilon
+    return jnp.where(explore, uniform, policy)
+
+
+def _rollout(setup: Setup, net_params, key, params, epsilon, greedy=False):
+    """One episode per environment (T = episode length steps). Returns Transition [T, E]."""
+    env, net = setup.env, setup.network
+    n = jax.tree.leaves(params)[0].shape[0]
+    k_reset, k_steps = jax.random.split(key)
+    obs, state = jax.vmap(env.reset)(jax.random.split(k_reset, n), params)
+
+    def step(carry, k):
+        obs, state, alive = carry
+        logits, value = jax.vmap(net.apply, in_axes=(None, 0))(net_params, obs)
+        ka, ks = jax.random.split(k)
+        if greedy:
+            action = jnp.argmax(logits, -1)
+        else:
+            action = _sample_action(ka, logits, obs.action_mask, epsilon)
+        logp = behaviour_log_prob(logits, obs.action_mask, action, epsilon)
+        obs2, state, reward, term, trunc, info = jax.vmap(env.step)(
+            jax.random.split(ks, n), state, action, params
+        )
+        done = term | trunc
+        t = Transition(obs, action, logp, value, reward, done, alive,
+                       jnp.where(done, info["score"], 0.0))  # fmt: skip
+        return (obs2, state, alive & ~done), t
+
+    keys = jax.random.split(k_steps, setup.episode_len)
+    _, traj = jax.lax.scan(step, (obs, state, jnp.ones(n, bool)), keys)
+    return traj
+
+
+def greedy_rollout(setup: Setup, net_params, key, platforms):
+    """Scores f32[E] and block placements of the greedy (argmax) policy on each platform."""
+    params = _env_params(setup, platforms)
+    traj = _rollout(setup, net_params, key, params, 0.0, greedy=True)
+    score = jnp.sum(jnp.where(traj.done & traj.valid, traj.score, 0.0), 0)
+    return score, traj.action
+
+
+def _gae(traj: Transition, gamma, lam):
+    def back(carry, t):
+        gae, next_value = carry
+        nonterminal = 1.0 - t.done
+        delta = t.reward + gamma * next_value * nonterminal - t.value
+        gae = delta + gamma * lam * nonterminal * gae
+        return (gae, t.value), gae
+
+    zeros = jnp.zeros_like(traj.value[0])
+    _, adv = jax.lax.scan(back, (zeros, zeros), traj, reverse=True)
+    return adv, adv + traj.value
+
+
+def _ppo_loss(setup: Setup, net_params, batch, adv, target):
+    c = setup.config
+    logits, value = jax.vmap(setup.network.apply, in_axes=(None, 0))(net_params, batch.obs)
+    logp = behaviour_log_prob(logits, batch.obs.action_mask, batch.action, c.epsilon)
+    w = batch.valid.astype(jnp.float32)
+    denom = jnp.maximum(w.sum(), 1.0)
+    mean = lambda x: jnp.sum(x * w) / denom  # noqa: E731
+    adv = (adv - mean(adv)) / (jnp.sqrt(mean((adv - mean(adv)) ** 2)) + 1e-8)
+    ratio = jnp.exp(logp - batch.log_prob)
+    pg = -mean(jnp.minimum(ratio * adv, jnp.clip(ratio, 1 - c.clip_eps, 1 + c.clip_eps) * adv))
+    v_clip = batch.value + jnp.clip(value - batch.value, -c.clip_eps, c.clip_eps)
+    vf = 0.5 * mean(jnp.maximum((value - target) ** 2, (v_clip - target) ** 2))
+    p = jax.nn.softmax(logits)
+    entropy = mean(-jnp.sum(jnp.where(batch.obs.action_mask, p * jax.nn.log_softmax(logits),
+                                      0.0), -1))  # fmt: skip
+    loss = pg + c.vf_coef * vf - c.ent_coef * entropy
+    kl = mean((ratio - 1) - jnp.log(ratio))
+    return loss, dict(policy_loss=pg, value_loss=vf, entropy=entropy, approx_kl=kl)
+
+
+def make_update(setup: Setup):
+    """update(runner) -> (runner, metrics): sample platforms, roll out, PPO epochs."""
+    c = setup.config
+
+    def update(runner: RunnerState):
+        key, k_plat, k_roll, k_perm = jax.random.split(runner.key, 4)
+        params = _env_params(setup, sample_platforms(setup, k_plat, c.num_envs))
+        traj = _rollout(setup, runner.params, k_roll, params, c.epsilon)
+        adv, target = _gae(traj, c.gamma, c.gae_lambda)
+        # flatten [T, E] -> minibatches over environments (whole episodes stay together)
+        data = (traj, adv, target)
+
+        def epoch(carry, k):
+            net_params, opt_state = carry
+            perm = jax.random.permutation(k, c.num_envs).reshape(c.num_minibatches, -1)
+
+            def minibatch(carry, idx):
+                net_params, opt_state = carry
+                tr, a, tg = jax.tree.map(lambda x: x[:, idx], data)
+                flat = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), (tr, a, tg))
+                grads, info = jax.grad(lambda p: _ppo_loss(setup, p, *flat), has_aux=True)(
+                    net_params
+                )
+                updates, opt_state = setup.optimizer.update(grads, opt_state, net_params)
+                return (optax.apply_updates(net_params, updates), opt_state), info
+
+            return jax.lax.scan(minibatch, (net_params, opt_state), perm)
+
+        (net_params, opt_state), info = jax.lax.scan(
+            epoch, (runner.params, runner.opt_state), jax.random.split(k_perm, c.update_epochs)
+        )
+        final = traj.done & traj.valid
+        metrics = {k: v.mean() for k, v in info.items()}
+        metrics["episode_return"] = jnp.sum(jnp.where(traj.valid, traj.reward, 0.0)) / c.num_envs
+        metrics["score"] = jnp.sum(jnp.where(final, traj.score, 0.0)) / jnp.maximum(final.sum(), 1)
+        runner = RunnerState(net_params, opt_state, key, runner.update + 1)
+        return runner, metrics
+
+    return update
+
+
+def teacher_from_plans(setup: Setup, platforms, batch_index, block_placement) -> Teacher:
+    """Expert actions [K, T]: the batch choice, then the device of each real block in order."""
+    m = setup.episode_len - 1
+    actions = jnp.concatenate(
+        [jnp.asarray(batch_index, jnp.int32)[:, None],
+         jnp.asarray(block_placement, jnp.int32)[:, :m]], axis=1
+    )  # fmt: skip
+    return Teacher(platforms, actions)
+
+
+def make_imitation(setup: Setup, teacher: Teacher):
+    """clone(runner) -> (runner, losses f32[S]): cross-entropy on the teacher's actions."""
+    c = setup.config
+    env, net = setup.env, setup.network
+    params = _env_params(setup, teacher.platforms)
+    k = teacher.actions.shape[0]
+
+    def observe(key):  # replay the teacher's episodes, keep every observation
+        obs, state = jax.vmap(env.reset)(jax.random.split(key, k), params)
+
+        def step(carry, a):
+            obs, state = carry
+            obs2, state, *_ = jax.vmap(env.step)(jax.random.split(key, k), state, a, params)
+            return (obs2, state), obs
+
+        _, seen = jax.lax.scan(step, (obs, state), teacher.actions.T)
+        return jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), seen)
+
+    tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(c.imitation_lr))
+
+    def loss_fn(p, obs, action):
+        logits, _ = jax.vmap(net.apply, in_axes=(None, 0))(p, obs)
+        return optax.softmax_cross_entropy_with_integer_labels(logits, action).mean()
+
+    def clone(runner: RunnerState):
+        key, k_obs, k_steps = jax.random.split(runner.key, 3)
+        obs = observe(k_obs)
+        actions = teacher.actions.T.reshape(-1)
+        size = actions.shape[0]
+
+        def step(carry, kk):
+            p, s = carry
+            idx = jax.random.randint(kk, (min(c.imitation_batch, size),), 0, size)
+            loss, g = jax.value_and_grad(loss_fn)(p, jax.tree.map(lambda x: x[idx], obs),
+                                                  actions[idx])  # fmt: skip
+            u, s = tx.update(g, s, p)
+            return (optax.apply_updates(p, u), s), loss
+
+        (p, _), losses = jax.lax.scan(
+            step, (runner.params, tx.init(runner.params)),
+            jax.random.split(k_steps, c.imitation_steps),
+        )  # fmt: skip
+        return RunnerState(p, runner.opt_state, key, runner.update), losses
+
+    return clone, loss_fn, observe
+
+
+def init_runner(setup: Setup, key) -> RunnerState:
+    """Network parameters and optimiser state from `key`."""
+    k_net, k_obs, key = jax.random.split(key, 3)
+    params = setup.env.make_params(setup.graph, setup.base, weights=setup.config.weights,
+                                   batches=setup.config.batches)  # fmt: skip
+    obs, _ = setup.env.reset(k_obs, params)
+    net_params = setup.network.init(k_net, obs)
+    return RunnerState(net_params, setup.optimizer.init(net_params), key, jnp.zeros((), jnp.int32))
+
+
+def make_train(config: PPOConfig, teacher: Teacher | None = None):
+    """train(key) -> dict(runner, imitation_loss f32[S], metrics {name: f32[U]}), pure.
+
+    `teacher` (expert episodes) is required when `config.imitation_steps > 0`; build it on the
+    host with `hetjax.agents.teachers.make_teacher` (exact optima are a host-side search).
+    """
+    setup = make_setup(config)
+    update = make_update(setup)
+    if config.imitation_steps > 0 and teacher is None:
+        raise hj.PlanError("imitation_steps > 0 needs a teacher (see agents.teachers)")
+    clone = make_imitation(setup, teacher)[0] if config.imitation_steps > 0 else None
+
+    def train(key):
+        runner = init_runner(setup, key)
+        losses = jnp.zeros((0,))
+        if clone is not None:
+            runner, losses = clone(runner)
+        runner, metrics = jax.lax.scan(lambda r, _: update(r), runner, None,
+                                       length=config.num_updates)  # fmt: skip
+        return {"runner": runner, "imitation_loss": losses, "metrics": metrics}
+
+    return train

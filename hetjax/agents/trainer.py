@@ -1,0 +1,207 @@
+"""The training job driven from the host in chunks: progress, metrics, checkpoints, resume.
+
+Each chunk is one jitted `lax.scan` over `chunk` PPO updates; between chunks the host appends
+metrics, measures the greedy policy's gap on a small validation set, and writes a checkpoint
+atomically. A killed run restarted with `resume=True` continues from the last checkpoint and
+reaches the same result as an uninterrupted run with the same config (same chunks, same keys).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import serialization
+
+from hetjax.agents import ppo, teachers
+from hetjax.errors import CheckpointError
+from hetjax.io import atomic_write_bytes, write_csv, write_json
+
+__all__ = ["Trainer", "key_streams", "save_checkpoint", "load_checkpoint"]
+
+# Independent PRNG streams, so training never sees a validation or held-out platform.
+_STREAMS = {"train": 0, "teacher": 1, "validation": 2, "held_out": 3, "rollout": 4}
+
+
+def key_streams(seed: int) -> dict[str, jax.Array]:
+    """One key per purpose, all derived from the run's seed."""
+    base = jax.random.key(seed)
+    return {name: jax.random.fold_in(base, i) for name, i in _STREAMS.items()}
+
+
+def _runner_to_state(runner: ppo.RunnerState) -> dict:
+    return {
+        "params": runner.params,
+        "opt_state": runner.opt_state,
+        "key": jax.random.key_data(runner.key),
+        "update": runner.update,
+    }
+
+
+def save_checkpoint(path: Path, runner: ppo.RunnerState, extra: dict) -> None:
+    """Write the runner state and JSON-able progress atomically (msgpack, flax.serialization)."""
+    state = {"runner": _runner_to_state(runner), "extra": json.dumps(extra)}
+    atomic_write_bytes(path, serialization.to_bytes(state))
+
+
+def load_checkpoint(path: Path, template: ppo.RunnerState) -> tuple[ppo.RunnerState, dict]:
+    """Read a checkpoint written by `save_checkpoint` into the structure of `template`."""
+    target = {"runner": _runner_to_state(template), "extra": ""}
+    try:
+        state = serialization.from_bytes(target, Path(path).read_bytes())
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: no checkpoint to resume from") from None
+    except Exception as err:  # msgpack / structure errors
+        raise CheckpointError(f"{path}: corrupt or incompatible checkpoint ({err})") from None
+    r = state["runner"]
+    runner = ppo.RunnerState(
+        r["params"], r["opt_state"], jax.random.wrap_key_data(jnp.asarray(r["key"])),
+        jnp.asarray(r["update"], jnp.int32),
+    )  # fmt: skip
+    return runner, json.loads(state["extra"])
+
+
+class Trainer:
+    """Runs (or resumes) a training job in `out_dir`."""
+
+    def __init__(self, config: ppo.PPOConfig, out_dir, *, chunk: int = 5, validation: int = 32):
+        self.config = config
+        self.out = Path(out_dir)
+        self.chunk = chunk
+        self.setup = ppo.make_setup(config)
+        self.keys = key_streams(config.seed)
+        self.n_validation = validation
+
+    # -- files ---------------------------------------------------------------------------------
+
+    def _check_config(self, resume: bool) -> None:
+        path = self.out / "config.json"
+        mine = {"ppo": asdict(self.config), "chunk": self.chunk, "validation": self.n_validation}
+        mine = json.loads(json.dumps(mine))  # tuples -> lists
+        if path.exists():
+            theirs = json.loads(path.read_text())
+            if not resume:
+                raise CheckpointError(
+                    f"{self.out} already holds a run; pass --resume to continue it or choose "
+                    "another --out"
+                )
+            if theirs != mine:
+                diff = sorted(k for k in mine["ppo"] if mine["ppo"][k] != theirs["ppo"].get(k))
+                raise CheckpointError(
+                    f"{path}: the run there used a different config (differs in {diff}); "
+                    "resume with the same options"
+                )
+        else:
+            write_json(path, mine)
+
+    # -- stages --------------------------------------------------------------------------------
+
+    def _teacher(self):
+        path = self.out / "teacher.npz"
+        if path.exists():
+            z = np.load(path)
+            platforms = ppo.sample_platforms(self.setup, self.keys["teacher"],
+                                             self.config.imitation_platforms)  # fmt: skip
+            return ppo.Teacher(platforms, jnp.asarray(z["actions"]))
+        teacher = teachers.make_teacher(self.setup, self.keys["teacher"])
+        import io
+
+        buf = io.BytesIO()
+        np.savez(buf, actions=np.asarray(teacher.actions))
+        atomic_write_bytes(path, buf.getvalue())
+        return teacher
+
+    def _validation(self):
+        platforms = ppo.sample_platforms(self.setup, self.keys["validation"], self.n_validation)
+        path = self.out / "validation.npz"
+        if path.exists():
+            return platforms, np.load(path)["optimum"]
+        optimum, _ = teachers.exact_scores(self.setup, platforms)
+        import io
+
+        buf = io.BytesIO()
+        np.savez(buf, optimum=optimum)
+        atomic_write_bytes(path, buf.getvalue())
+        return platforms, optimum
+
+    def run(self, *, resume: bool = False, progress: bool = True, stop_after: int | None = None):
+        """Train to the end (or until `stop_after` chunks, to simulate a kill); returns the
+        final runner state and the metrics rows."""
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        c = self.config
+        self.out.mkdir(parents=True, exist_ok=True)
+        self._check_config(resume)
+        ckpt = self.out / "checkpoint.msgpack"
+        template = jax.jit(lambda k: ppo.init_runner(self.setup, k))(self.keys["train"])
+        rows: list[dict] = []
+        if resume and ckpt.exists():
+            runner, extra = load_checkpoint(ckpt, template)
+            rows = extra["rows"]
+            imitation_done = extra["imitation_done"]
+        else:
+            runner, imitation_done = template, False
+        val_platforms, val_opt = self._validation()
+        greedy = jax.jit(lambda p, k, plats: ppo.greedy_rollout(self.setup, p, k, plats)[0])
+
+        def val_gap(params):
+            s = np.asarray(greedy(params, self.keys["rollout"], val_platforms))
+            return float(np.mean(hj_gap(s, val_opt)))
+
+        t_start = time.perf_counter()
+        if c.imitation_steps > 0 and not imitation_done:
+            teacher = self._teacher()
+            clone = jax.jit(ppo.make_imitation(self.setup, teacher)[0])
+            runner, losses = clone(runner)
+            losses = np.asarray(losses)
+            rows.append({"update": 0, "phase": "imitation", "imitation_loss_first":
+                         float(losses[0]), "imitation_loss": float(losses[-1]),
+                         "val_gap_pct": val_gap(runner.params),
+                         "wall_s": time.perf_counter() - t_start})  # fmt: skip
+            imitation_done = True
+            save_checkpoint(ckpt, runner, {"rows": rows, "imitation_done": True})
+            write_csv(self.out / "metrics.csv", _uniform(rows))
+        update = ppo.make_update(self.setup)
+        chunk_fn = jax.jit(lambda r: jax.lax.scan(lambda r, _: update(r), r, None,
+                                                  length=self.chunk))  # fmt: skip
+        done_chunks = int(runner.update) // self.chunk
+        n_chunks = -(-c.num_updates // self.chunk)
+        with Progress(TextColumn("[bold]training"), BarColumn(), TextColumn("{task.completed}/"
+                      "{task.total} updates"), TextColumn("{task.fields[status]}"),
+                      TimeElapsedColumn(), disable=not progress) as bar:  # fmt: skip
+            task = bar.add_task("ppo", total=n_chunks * self.chunk,
+                                completed=done_chunks * self.chunk, status="")  # fmt: skip
+            for i in range(done_chunks, n_chunks):
+                if stop_after is not None and i >= stop_after:
+                    break
+                runner, metrics = chunk_fn(runner)
+                m = {k: float(np.mean(np.asarray(v))) for k, v in metrics.items()}
+                row = {"update": int(runner.update), "phase": "ppo", **m,
+                       "val_gap_pct": val_gap(runner.params),
+                       "wall_s": time.perf_counter() - t_start}  # fmt: skip
+                rows.append(row)
+                save_checkpoint(ckpt, runner, {"rows": rows, "imitation_done": imitation_done})
+                write_csv(self.out / "metrics.csv", _uniform(rows))
+                bar.update(task, advance=self.chunk, status=f"score {m['score']:.3f}  "
+                           f"val gap {row['val_gap_pct']:.2f}%")  # fmt: skip
+        return runner, rows
+
+
+def hj_gap(scores, optimum):
+    """Gap in % of |optimum| (see hetjax.compare.gap_pct)."""
+    from hetjax.compare import gap_pct
+
+    return gap_pct(scores, optimum)
+
+
+def _uniform(rows: list[dict]) -> list[dict]:
+    """Rows with the union of all keys (CSV needs one header)."""
+    keys: list[str] = []
+    for r in rows:
+        keys += [k for k in r if k not in keys]
+    return [{k: r.get(k, "") for k in keys} for r in rows]

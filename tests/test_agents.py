@@ -1,0 +1,118 @@
+"""The PPO agent: exploration mixture, masking, imitation, vmap over seeds, resume."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from hetjax import agents
+from hetjax.agents import ppo
+
+TINY = ppo.PPOConfig(
+    model="bert-tiny", seq_len=16, num_envs=8, num_updates=2, num_minibatches=2,
+    update_epochs=2, imitation_steps=6, imitation_platforms=4, imitation_batch=16,
+    imitation_teacher="greedy_eft", width=16, heads=2, layers=1,
+)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def setup():
+    return ppo.make_setup(TINY)
+
+
+@pytest.fixture(scope="module")
+def teacher(setup):
+    return agents.make_teacher(setup, jax.random.key(7))
+
+
+def test_masked_logits_are_finite_and_exclude_illegal_actions():
+    logits = agents.masked_logits(jnp.array([1.0, 2.0, 3.0]), jnp.array([True, False, True]))
+    p = jax.nn.softmax(logits)
+    assert jnp.isfinite(logits).all() and p[1] == 0.0
+    assert jnp.isclose(p.sum(), 1.0)
+
+
+def test_behaviour_mixture_log_prob():
+    logits = jnp.log(jnp.array([[0.7, 0.0, 0.3]]) + 1e-30)
+    mask = jnp.array([[True, False, True]])
+    for eps in (0.0, 0.15):
+        probs = [jnp.exp(ppo.behaviour_log_prob(logits, mask, jnp.array([a]), eps))[0]
+                 for a in range(3)]  # fmt: skip
+        want = (1 - eps) * np.array([0.7, 0.0, 0.3]) + eps * np.array([0.5, 0.0, 0.5])
+        np.testing.assert_allclose(np.array(probs), want, atol=1e-6)
+
+
+def test_sampling_follows_the_mixture():
+    logits = agents.masked_logits(jnp.array([10.0, 0.0, -10.0, 0.0]),
+                                  jnp.array([True, True, True, False]))  # fmt: skip
+    mask = jnp.array([True, True, True, False])
+    keys = jax.random.split(jax.random.key(0), 20000)
+    acts = jax.vmap(lambda k: ppo._sample_action(k, logits, mask, 0.3))(keys)
+    freq = np.bincount(np.asarray(acts), minlength=4) / len(keys)
+    want = np.asarray(jnp.exp(jax.vmap(lambda a: ppo.behaviour_log_prob(logits, mask, a, 0.3))(
+        jnp.arange(4))))  # fmt: skip
+    np.testing.assert_allclose(freq, want, atol=0.015)
+    assert freq[3] == 0.0  # never an illegal action
+
+
+def test_first_epoch_ratio_is_one(setup):
+    runner = jax.jit(lambda k: ppo.init_runner(setup, k))(jax.random.key(0))
+    params = ppo._env_params(setup, ppo.sample_platforms(setup, jax.random.key(1), 8))
+    traj = jax.jit(lambda p, k, e: ppo._rollout(setup, p, k, e, 0.15))(
+        runner.params, jax.random.key(2), params
+    )
+    adv, target = ppo._gae(traj, 1.0, 0.95)
+    flat = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), (traj, adv, target))
+    _, info = ppo._ppo_loss(setup, runner.params, *flat)
+    assert float(info["approx_kl"]) == pytest.approx(0.0, abs=1e-6)
+    assert traj.valid[-1].all() and traj.done[-1].all()  # one full episode per env
+
+
+def test_imitation_lowers_loss_and_ppo_starts_from_the_clone(setup, teacher):
+    cfg = dataclasses.replace(TINY, num_updates=0)
+    out = jax.jit(ppo.make_train(cfg, teacher))(jax.random.key(3))
+    losses = np.asarray(out["imitation_loss"])
+    assert losses.shape == (TINY.imitation_steps,) and losses[-1] < losses[0]
+    clone = jax.jit(ppo.make_imitation(setup, teacher)[0])
+    cloned = clone(jax.jit(lambda k: ppo.init_runner(setup, k))(jax.random.key(3)))[0]
+    same = jax.tree.map(lambda a, b: bool(jnp.array_equal(a, b)), cloned.params,
+                        out["runner"].params)  # fmt: skip
+    assert all(jax.tree.leaves(same))
+
+
+def test_vmap_over_seeds(teacher):
+    train = ppo.make_train(TINY, teacher)
+    out = jax.jit(jax.vmap(train))(jax.random.split(jax.random.key(0), 2))
+    scores = np.asarray(out["metrics"]["score"])
+    assert scores.shape == (2, TINY.num_updates) and np.isfinite(scores).all()
+    a, b = (
+        jax.tree.leaves(jax.tree.map(lambda x, i=i: x[i], out["runner"].params)) for i in (0, 1)
+    )
+    assert any(not np.array_equal(x, y) for x, y in zip(a, b, strict=True))
+
+
+def test_resume_reaches_the_same_result(tmp_path):
+    cfg = dataclasses.replace(TINY, num_updates=4, imitation_steps=0)
+    full = agents.Trainer(cfg, tmp_path / "full", chunk=2, validation=2)
+    r_full, _ = full.run(progress=False)
+    part = agents.Trainer(cfg, tmp_path / "part", chunk=2, validation=2)
+    part.run(progress=False, stop_after=1)  # "killed" after the first chunk
+    resumed = agents.Trainer(cfg, tmp_path / "part", chunk=2, validation=2)
+    r_res, rows = resumed.run(progress=False, resume=True)
+    assert int(r_res.update) == 4 and len(rows) == 2
+    for x, y in zip(jax.tree.leaves(r_full.params), jax.tree.leaves(r_res.params), strict=True):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def test_rerun_without_resume_is_refused(tmp_path):
+    from hetjax.errors import CheckpointError
+
+    cfg = dataclasses.replace(TINY, num_updates=2, imitation_steps=0)
+    agents.Trainer(cfg, tmp_path, chunk=2, validation=2).run(progress=False)
+    with pytest.raises(CheckpointError, match="--resume"):
+        agents.Trainer(cfg, tmp_path, chunk=2, validation=2).run(progress=False)
+    other = dataclasses.replace(cfg, lr=1e-3)
+    with pytest.raises(CheckpointError, match="lr"):
+        agents.Trainer(other, tmp_path, chunk=2, validation=2).run(progress=False, resume=True)
