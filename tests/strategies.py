@@ -5,8 +5,9 @@ Every graph is padded to (N_MAX, M_MAX, P_MAX) and every platform to D_MAX with
 Padding entries (interleaved padding ops, padding blocks, unreal devices) carry finite garbage
 on purpose: the SPEC says they contribute nothing.
 
-Hypothesis draws the structure (sizes, which modes apply); the many per-entry numbers come from
-a numpy generator seeded by a drawn integer, which keeps generation and shrinking fast.
+Hypothesis draws the modes (which features apply); sizes and the many per-entry numbers come
+from a numpy generator seeded by a drawn integer, which keeps generation and shrinking fast and
+avoids hypothesis' bias towards tiny sizes (most examples would be empty graphs otherwise).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ __all__ = [
     "sample",
     "MODEL_SHAPE",
     "tiny_model",
+    "supported_placement",
 ]
 
 N_MAX, M_MAX, P_MAX, D_MAX = 14, 6, 3, 4
@@ -69,10 +71,10 @@ def graphs(draw, n_max: int = N_MAX, m_max: int = M_MAX, p_max: int = P_MAX):
     op twice in one op; about 1 in 7 flops/bytes entries is zero. Sometimes no op is real.
     """
     rng = np.random.default_rng(draw(_SEEDS))
-    n_alloc = draw(st.integers(1, n_max))
+    n_alloc = int(rng.integers(1, n_max + 1))
     m_alloc = draw(st.integers(1, m_max))
     p_alloc = draw(st.integers(1, p_max))
-    p_real = draw(st.sampled_from([1.0, 0.8, 0.5, 0.0]))
+    p_real = draw(st.sampled_from([1.0, 0.8, 0.5])) if rng.random() > 0.04 else 0.0
     p_dup = draw(st.sampled_from([0.0, 0.3]))
     p_zero = draw(st.sampled_from([0.0, 0.15, 0.5]))
 
@@ -120,7 +122,7 @@ def platforms(draw, d_max: int = D_MAX):
     it sometimes does.
     """
     rng = np.random.default_rng(draw(_SEEDS))
-    d = draw(st.integers(1, d_max))
+    d = int(rng.choice([1, *range(2, d_max + 1), *range(2, d_max + 1)]))
     p_unreal = draw(st.sampled_from([0.0, 0.3]))
     p_unsupported = draw(st.sampled_from([0.0, 0.25, 0.6]))
     p_tight = draw(st.sampled_from([0.0, 0.5, 1.0]))
@@ -177,7 +179,22 @@ def batches():
     return st.one_of(st.integers(1, 64).map(float), st.floats(1.0, 64.0, allow_nan=False))
 
 
+def supported_placement(graph, platform, rng) -> np.ndarray:
+    """int32[N]: each real op on a random real device that supports its class (padding ops on
+    random slots): a placeable plan, usually with transfers."""
+    ok = np.asarray(platform.peak)[:, np.asarray(graph.op_class)].T > 0  # [N, D]
+    ok &= np.asarray(platform.device_mask)[None, :]
+    scores = np.where(ok, rng.random(ok.shape), -1.0)
+    return scores.argmax(axis=1).astype(np.int32)
+
+
 @st.composite
 def cases(draw):
-    """(graph, platform, placement int32[N], batch float) at the fixed padded shapes."""
-    return draw(graphs()), draw(platforms()), draw(placements()), draw(batches())
+    """(graph, platform, placement int32[N], batch float) at the fixed padded shapes; half of
+    the placements put every op on a device that can run it."""
+    g, p = draw(graphs()), draw(platforms())
+    if draw(st.booleans()):
+        placement = supported_placement(g, p, np.random.default_rng(draw(_SEEDS)))
+    else:
+        placement = draw(placements())
+    return g, p, placement, draw(batches())
