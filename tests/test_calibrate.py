@@ -25,7 +25,7 @@ from hetjax.onnx.commands import register
 pytest.importorskip("onnxruntime")
 
 DIMS = {"batch": 1, "sequence": 16}
-STEPS = 400
+STEPS = 300
 
 
 @pytest.fixture(scope="module")
@@ -155,9 +155,9 @@ def test_cli_calibrate_writes_a_loadable_platform(tiny, tmp_path):
     assert "calibrated" in meta["device_names"][0]
     assert meta["calibration"]["threads"] == 1
     assert os.listdir(tmp_path) == ["cpu.json"]  # written atomically, no temp files left
-    # "this machine's CPU" is a device graphs can be placed on
-    g = tiny[1].graph
-    assert bool(hj.evaluate(g, plat, hj.reference_plan(g)).feasible)
+    # "this machine's CPU" is a device graphs can be placed on (predict runs hj.evaluate on it)
+    (times,), lats = cal.predict(plat, [tiny[1:]])
+    assert np.isfinite(times).all() and lats[0] > 0
 
 
 def test_cli_fidelity_on_held_out_files(tiny, tmp_path):
@@ -169,7 +169,8 @@ def test_cli_fidelity_on_held_out_files(tiny, tmp_path):
     out = tmp_path / "fid.json"
     res = CliRunner().invoke(_app(), [
         "fidelity", "--fit", str(tiny[0]), "--test", str(held_out), "--seq", "16",
-        "--repeats", "2", "--warmup", "1", "--steps", str(STEPS), "--out", str(out),
+        "--fit-seq", "16", "--repeats", "2", "--warmup", "1", "--steps", str(STEPS),
+        "--out", str(out),
     ])  # fmt: skip
     assert res.exit_code == 0, res.output
     rep = json.loads(out.read_text())

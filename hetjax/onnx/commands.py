@@ -78,7 +78,7 @@ def _params_table(params: dict):
 
 
 Models = Annotated[list[str], typer.Argument(help="ONNX files or built-in model names")]
-Seq = Annotated[list[int] | None, typer.Option("--seq", help="sequence length(s) to profile")]
+Seq = Annotated[list[int] | None, typer.Option("--seq", help="sequence lengths [16 32 64 128 256]")]
 Batch = Annotated[int, typer.Option(help="batch dimension")]
 DimOpt = Annotated[list[str] | None, typer.Option("--dim", help="more dims: NAME=VALUE")]
 Repeats = Annotated[int, typer.Option(help="measured runs per model (median)")]
@@ -108,10 +108,10 @@ def calibrate_cmd(
     """
     from rich.console import Console
 
-    from hetjax.onnx.calibrate import calibrate
+    from hetjax.onnx.calibrate import FIT_SEQS, calibrate
 
     console = Console()
-    dims = _dims(seq or [128], batch, dim or [])
+    dims = _dims(seq or list(FIT_SEQS), batch, dim or [])
     result, rows = calibrate(
         models, dims, repeats=repeats, warmup=warmup, threads=threads, steps=steps, lr=lr,
         e2e_weight=e2e_weight, out=out, log=console.print,
@@ -124,7 +124,13 @@ def calibrate_cmd(
 def fidelity_cmd(
     fit: Annotated[list[str] | None, typer.Option("--fit", help="models to fit on")] = None,
     test: Annotated[list[str] | None, typer.Option("--test", help="held-out models")] = None,
-    seq: Seq = None,
+    seq: Annotated[
+        list[int] | None, typer.Option("--seq", help="held-out sequence lengths [64, 128]")
+    ] = None,
+    fit_seq: Annotated[
+        list[int] | None,
+        typer.Option("--fit-seq", help="sequence lengths to fit at [16 32 64 128 256]"),
+    ] = None,
     batch: Batch = 1,
     repeats: Repeats = 10,
     warmup: Warmup = 2,
@@ -139,7 +145,7 @@ def fidelity_cmd(
     correlation and end-to-end latency error per held-out model and sequence length."""
     from rich.console import Console
 
-    from hetjax.onnx.calibrate import run_fidelity, save_platform
+    from hetjax.onnx.calibrate import FIT_SEQS, run_fidelity, save_platform
 
     console = Console()
     fit = fit or ["bert-mini", "bert-small"]
@@ -148,14 +154,16 @@ def fidelity_cmd(
     if overlap:
         raise HetjaxError(f"--fit and --test share {sorted(overlap)}: held-out means unseen")
     seqs = seq or [64, 128]
-    _dims(seqs, batch, [])
+    fit_seqs = fit_seq or list(FIT_SEQS)
+    _dims(seqs + fit_seqs, batch, [])
     result, report = run_fidelity(
-        fit, test, seqs, batch=batch, repeats=repeats, warmup=warmup, threads=threads,
-        steps=steps, lr=lr, e2e_weight=e2e_weight, log=console.print,
+        fit, test, seqs, fit_seqs=fit_seqs, batch=batch, repeats=repeats, warmup=warmup,
+        threads=threads, steps=steps, lr=lr, e2e_weight=e2e_weight, log=console.print,
     )  # fmt: skip
     report["command"] = "hetjax fidelity " + " ".join(
         [f"--fit {m}" for m in fit] + [f"--test {m}" for m in test]
-        + [f"--seq {s}" for s in seqs] + [f"--repeats {repeats}", f"--threads {threads}"]
+        + [f"--seq {s}" for s in seqs] + [f"--fit-seq {s}" for s in fit_seqs]
+        + [f"--repeats {repeats}", f"--threads {threads}"]
     )  # fmt: skip
     console.print(_params_table(result.params()))
     console.print(_rows_table("fitted on", report["fit"]))
