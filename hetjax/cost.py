@@ -253,18 +253,12 @@ def _metrics(graph, platform, batch, on, dur, unplaceable, finish, charged, link
     latency = jnp.max(jnp.where(real, finish, 0.0), axis=0, initial=0.0)
     busy = jnp.sum(jnp.where(on, dur[:, None, :], 0.0), axis=0)  # [D, C]
 
-    # Block times: cumulative sum over ops, read at each block's last real op (blocks are
-    # contiguous runs in op order, so a difference of two prefix sums is one block's total).
-    prefix = jnp.cumsum(dur + charged, axis=0)  # [N, C]
-    idx = jnp.arange(graph.n_max)
-    last = jax.ops.segment_max(
-        jnp.where(graph.op_mask, idx, -1), graph.block, num_segments=m_max
-    )  # [M]
-    end = jnp.where(last[:, None] >= 0, prefix[jnp.maximum(last, 0)], 0.0)  # [M, C]
-    prev_last = jnp.concatenate([jnp.full((1,), -1, last.dtype), last[:-1]])
-    begin = jnp.where(prev_last[:, None] >= 0, prefix[jnp.maximum(prev_last, 0)], 0.0)
+    # Block times: a segment sum per block (a difference of float32 prefix sums would lose a
+    # small block that follows a large one).
+    per_op = jnp.where(real, dur + charged, 0.0)
+    block_time = jax.ops.segment_sum(per_op, graph.block, num_segments=m_max)  # [M, C]
     bmask = graph.block_mask[:, None]
-    block_time = jnp.where(bmask, end - begin, 0.0)
+    block_time = jnp.where(bmask, block_time, 0.0)
     n_blocks = jnp.maximum(jnp.sum(graph.block_mask), 1)
     mean = jnp.sum(block_time, axis=0) / n_blocks
     var = jnp.sum(jnp.where(bmask, (block_time - mean) ** 2, 0.0), axis=0) / n_blocks
