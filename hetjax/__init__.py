@@ -17,10 +17,30 @@ from hetjax.hardware import Platform
 
 __version__ = "0.1.0"
 
+# Subpackages with heavier imports (onnx, flax networks) load on first access: `hj.env`.
+_LAZY = ("baselines", "exact", "env", "onnx", "agents", "compare", "reference")
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        module = importlib.import_module(f"hetjax.{name}")
+        globals()[name] = module
+        return module
+    raise AttributeError(f"module 'hetjax' has no attribute {name!r}")
+
 __all__ = [
     "cost",
     "graphs",
     "hardware",
+    "baselines",
+    "exact",
+    "env",
+    "onnx",
+    "agents",
+    "compare",
+    "reference",
     "LayerGraph",
     "Platform",
     "Plan",
