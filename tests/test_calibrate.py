@@ -134,6 +134,8 @@ def test_fidelity_rows(tiny, fitted):
     )
     with pytest.raises(HetjaxError, match="granularity='op'"):
         cal.fit([(hjo.import_model(tiny[0], DIMS), prof)])
+    with pytest.raises(HetjaxError, match="p_idle"):
+        cal.fit([(imp, prof)], p_busy=1.0, p_idle=2.0)
 
 
 def _app():
@@ -146,11 +148,12 @@ def test_cli_calibrate_writes_a_loadable_platform(tiny, tmp_path):
     out = tmp_path / "cpu.json"
     res = CliRunner().invoke(_app(), [
         "calibrate", str(tiny[0]), "--out", str(out), "--seq", "16", "--repeats", "2",
-        "--warmup", "1", "--steps", str(STEPS),
+        "--warmup", "1", "--steps", str(STEPS), "--p-busy", "15", "--p-idle", "3",
     ])  # fmt: skip
     assert res.exit_code == 0, res.output
     plat = hj.hardware.load(out)
     assert plat.d_max == 1 and float(plat.peak[0, hj.graphs.MATMUL]) > 0
+    assert (float(plat.p_busy[0]), float(plat.p_idle[0])) == (15.0, 3.0)
     meta = hj.hardware.load_meta(out)
     assert "calibrated" in meta["device_names"][0]
     assert meta["calibration"]["threads"] == 1

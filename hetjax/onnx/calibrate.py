@@ -340,10 +340,12 @@ class FitData(NamedTuple):
     latency: jax.Array  # f32[K]     s, measured end-to-end latency
 
 
-def to_platform(theta: jax.Array, mem_capacity: float = 1e12) -> Platform:
+def to_platform(
+    theta: jax.Array, mem_capacity: float = 1e12, p_busy: float = 0.0, p_idle: float = 0.0
+) -> Platform:
     """A one-device platform from log-space parameters theta f32[8] = log(peak[0..5]),
-    log(mem_bw), log(launch). b_half = 0 (batch-1 profiles cannot identify it); energy fields 0
-    (not calibrated). Pure and differentiable."""
+    log(mem_bw), log(launch). b_half = 0 (batch-1 profiles cannot identify it); power (W) as
+    given (not calibrated; 0 by default). Pure and differentiable."""
     theta = jnp.asarray(theta, jnp.float32)
     one = jnp.ones((1,), jnp.float32)
     zero = jnp.zeros((1,), jnp.float32)
@@ -352,8 +354,8 @@ def to_platform(theta: jax.Array, mem_capacity: float = 1e12) -> Platform:
         mem_bw=jnp.exp(theta[NUM_CLASSES])[None],
         launch=jnp.exp(theta[NUM_CLASSES + 1])[None],
         mem_capacity=one * mem_capacity,
-        p_busy=zero,
-        p_idle=zero,
+        p_busy=one * p_busy,
+        p_idle=one * p_idle,
         b_half=zero,
         link_bw=jnp.exp(theta[NUM_CLASSES])[None, None],
         link_latency=zero[None],
@@ -467,13 +469,21 @@ def fit(
     e2e_weight: float = 1.0,
     tie_weight: float = TIE_WEIGHT,
     mem_capacity: float | None = None,
+    p_busy: float = 0.0,
+    p_idle: float = 0.0,
 ) -> FitResult:
-    """Fit a one-device CPU platform to (op-granularity graph, profile) pairs (see module doc)."""
+    """Fit a one-device CPU platform to (op-granularity graph, profile) pairs (see module doc).
+
+    `mem_capacity` (bytes) defaults to this machine's physical memory; `p_busy` / `p_idle` (W)
+    are not measured and default to 0 (energy not modelled) unless given.
+    """
     if not pairs:
         raise HetjaxError("fit: no profiles to fit on")
     if steps < 1 or lr <= 0 or e2e_weight < 0 or tie_weight < 0:
         raise HetjaxError(f"fit: steps={steps} (>= 1), lr={lr} (> 0), e2e_weight={e2e_weight} "
                           f"(>= 0), tie_weight={tie_weight} (>= 0)")  # fmt: skip
+    if not 0 <= p_idle <= p_busy:
+        raise HetjaxError(f"fit: need 0 <= p_idle ({p_idle} W) <= p_busy ({p_busy} W)")
     for imp, _ in pairs:
         if imp.graph.n_max != imp.graph.m_max:
             raise HetjaxError(f"fit: {imp.source} must be imported at granularity='op'")
@@ -485,7 +495,7 @@ def fit(
                              jnp.float32(tie_weight))  # fmt: skip
     theta = np.asarray(theta, np.float64)
     cap = float(mem_capacity) if mem_capacity else _physical_memory()
-    plat = to_platform(theta, cap)
+    plat = to_platform(theta, cap, p_busy, p_idle)
     plat = Platform.create(**{f: np.asarray(getattr(plat, f)) for f in plat.__dataclass_fields__})
     return FitResult(
         platform=plat,
@@ -621,6 +631,8 @@ def calibrate(
     steps: int = 600,
     lr: float = 0.05,
     e2e_weight: float = 1.0,
+    p_busy: float = 0.0,
+    p_idle: float = 0.0,
     out: str | os.PathLike | None = None,
     log=None,
 ) -> tuple[FitResult, list[dict]]:
@@ -635,7 +647,7 @@ def calibrate(
         pairs, names, _ = _profile_all(resolved, [dims_list] * len(resolved), repeats=repeats,
                                        warmup=warmup, threads=threads, stat=stat,
                                        log=log)  # fmt: skip
-    result = fit(pairs, steps=steps, lr=lr, e2e_weight=e2e_weight)
+    result = fit(pairs, steps=steps, lr=lr, e2e_weight=e2e_weight, p_busy=p_busy, p_idle=p_idle)
     rows = fidelity(result, pairs)
     for row, name in zip(rows, names, strict=True):
         row["model"] = name
@@ -663,7 +675,8 @@ def save_platform(result: FitResult, path, fitted_on, *, threads, repeats, rows=
         calibration=dict(
             params=result.params(), fitted_on=list(fitted_on), threads=threads,
             repeats=repeats, final_loss=result.history[-1].tolist(),
-            b_half="fixed at 0 (batch-1 profiles)", energy="not calibrated (p_busy = p_idle = 0)",
+            b_half="fixed at 0 (batch-1 profiles)",
+            power="not measured: p_busy / p_idle as given to calibrate (default 0 W)",
             in_sample=rows or [],
         ),
     )  # fmt: skip

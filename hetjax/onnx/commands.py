@@ -101,6 +101,8 @@ def calibrate_cmd(
     steps: Steps = 600,
     lr: Lr = 0.05,
     e2e_weight: E2E = 1.0,
+    p_busy: Annotated[float, typer.Option(help="CPU power while busy, W (not measured)")] = 0.0,
+    p_idle: Annotated[float, typer.Option(help="CPU power while idle, W (not measured)")] = 0.0,
 ):
     """Profile ONNX models with ONNX Runtime (CPU) and fit a `cpu` device; save it as a platform.
 
@@ -114,7 +116,7 @@ def calibrate_cmd(
     dims = _dims(seq or list(FIT_SEQS), batch, dim or [])
     result, rows = calibrate(
         models, dims, repeats=repeats, warmup=warmup, threads=threads, steps=steps, lr=lr,
-        e2e_weight=e2e_weight, out=out, log=console.print,
+        e2e_weight=e2e_weight, p_busy=p_busy, p_idle=p_idle, out=out, log=console.print,
     )  # fmt: skip
     console.print(_params_table(result.params()))
     console.print(_rows_table("in-sample fidelity (the models it was fitted on)", rows))
