@@ -76,7 +76,6 @@ __all__ = [
 FIT_SEQS = (16, 32, 64, 128, 256)
 TIE_WEIGHT = 0.01  # weight of the CONTROL-to-ELEMWISE peak tie in the fit's loss (log space)
 MIN_TIME = 1e-6  # s: ONNX Runtime's profiler reports whole microseconds; shorter times floor here
-N_PARAMS = NUM_CLASSES + 2  # log peak per class, log mem_bw, log launch
 
 
 @dataclass(frozen=True)
@@ -97,6 +96,7 @@ class Profile:
     load: float  # 1-minute load average of the machine after the measurement
 
     def to_json(self) -> dict:
+        """A JSON-able dict (nan -> None); `from_json` reads it back."""
         return dict(
             source=self.source, dims=self.dims, node_names=list(self.node_names),
             node_time=_nan_to_none(self.node_time), node_runs=_nan_to_none(self.node_runs),
@@ -106,6 +106,7 @@ class Profile:
 
     @classmethod
     def from_json(cls, d: dict) -> Profile:
+        """The profile written by `to_json`."""
         t = np.array(d["node_time"], np.float64)  # None -> nan
         runs = np.array(d["node_runs"], np.float64)
         return cls(d["source"], dict(d["dims"]), tuple(d["node_names"]), t, runs, d["latency"],
