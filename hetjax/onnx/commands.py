@@ -124,8 +124,12 @@ def calibrate_cmd(
 
 
 def fidelity_cmd(
-    fit: Annotated[list[str] | None, typer.Option("--fit", help="models to fit on")] = None,
-    test: Annotated[list[str] | None, typer.Option("--test", help="held-out models")] = None,
+    fit: Annotated[
+        list[str] | None, typer.Option("--fit", help="models to fit on [bert-mini bert-small]")
+    ] = None,
+    test: Annotated[
+        list[str] | None, typer.Option("--test", help="held-out models [bert-base gpt2]")
+    ] = None,
     seq: Annotated[
         list[int] | None, typer.Option("--seq", help="held-out sequence lengths [64, 128]")
     ] = None,
