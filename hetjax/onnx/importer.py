@@ -207,6 +207,7 @@ def _check_structure(model: onnx.ModelProto, label: str) -> None:
     if not g.node:
         raise OnnxImportError(f"{label}: the graph has no nodes")
     known = {t.name for t in g.initializer} | {v.name for v in g.input} | {""}
+    known |= {t.values.name for t in g.sparse_initializer}
     produced = {o for n in g.node for o in n.output}
     for i, n in enumerate(g.node):
         for x in n.input:
@@ -223,6 +224,7 @@ def _check_structure(model: onnx.ModelProto, label: str) -> None:
 
 
 def node_label(node: onnx.NodeProto, index: int) -> str:
+    """How errors name a node: its name and op type, or its index when it has no name."""
     return f"{node.name!r} ({node.op_type})" if node.name else f"#{index} ({node.op_type})"
 
 
@@ -235,6 +237,7 @@ def _toposort(model: onnx.ModelProto, label: str) -> list[int]:
     """Node indices in a topological order (the file's own order when it already is one)."""
     g = model.graph
     avail = {t.name for t in g.initializer} | {v.name for v in g.input} | {""}
+    avail |= {t.values.name for t in g.sparse_initializer}
     producer = {o: i for i, n in enumerate(g.node) for o in n.output}
     ok = True
     seen = set(avail)
