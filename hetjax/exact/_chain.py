@@ -37,7 +37,8 @@ def _host(tree) -> dict[str, np.ndarray]:
     return {f: np.asarray(getattr(tree, f)) for f in tree.__dataclass_fields__}
 
 
-def _single(graph: LayerGraph, platform: Platform) -> None:
+def check_inputs(graph: LayerGraph, platform: Platform) -> None:
+    """Validate a single (unstacked) graph and platform (GraphError / PlatformError)."""
     validate_graph(graph)
     validate_platform(platform)
     if graph.batch_shape:
@@ -60,7 +61,7 @@ def check_chain(graph: LayerGraph, platform: Platform) -> None:
     active predecessor; (c) p_busy >= p_idle on every real device. Also validates both inputs
     (GraphError / PlatformError) and refuses stacked ones.
     """
-    _single(graph, platform)
+    check_inputs(graph, platform)
     g, p = _host(graph), _host(platform)
     real = g["op_mask"].astype(bool)
     ops = np.flatnonzero(real)
@@ -84,16 +85,11 @@ def check_chain(graph: LayerGraph, platform: Platform) -> None:
                     f"but a chain block may only receive the output of the previous block's "
                     f"last op (op {q})"
                 )
-        if not slots:
+        if not slots:  # (with (a): the first op of each block reads the previous block's last)
             raise NotAChainError(
                 f"(b) block {j}, op {i}: has no active predecessor, so it could start before "
                 "the previous block finishes"
             )
-    for j in range(1, len(last_of)):
-        first = int(ops[block[ops] == j][0])
-        # (b) holds here, so the first op of block j has an active predecessor outside block j,
-        # which (a) already forced to be the previous block's last op.
-        assert any(s == last_of[j - 1] for s in preds[first] if s >= 0)
     dev = np.flatnonzero(p["device_mask"].astype(bool))
     bad = dev[p["p_busy"][dev] < p["p_idle"][dev]]
     if bad.size:

@@ -21,8 +21,8 @@ from hetjax.errors import PlanError
 from hetjax.exact._chain import (
     DEFAULT_BATCHES,
     EVAL_CHUNK,
-    _single,
     check_batches,
+    check_inputs,
     check_weights,
 )
 from hetjax.graphs.core import LayerGraph
@@ -85,7 +85,7 @@ def enumerate_plans(
     `b_ref`), every score, and with `keep_metrics=True` every `Metrics` (axes [B, K]).
     Raises `PlanError` if D^M x B exceeds `max_plans`.
     """
-    _single(graph, platform)
+    check_inputs(graph, platform)
     batches = np.asarray(check_batches(batches), np.float32)
     weights = check_weights(weights)
     devices = np.flatnonzero(np.asarray(platform.device_mask)).astype(np.int32)

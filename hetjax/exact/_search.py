@@ -17,6 +17,7 @@ bottleneck is at least.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -43,6 +44,21 @@ class Bounds:
     e: np.ndarray  # f64[M, D]   J: least energy of blocks j+1..
     work: np.ndarray  # f64[M]   s: sum over blocks j+1.. of the least duration of the block
     delta: np.ndarray  # f64[M, R] s: the most blocks j+1.. can add to each resource
+    lam: np.ndarray  # f64[G, D]  device weights on the simplex (a grid)
+    split: np.ndarray  # f64[M, G] s: sum over blocks j+1.. of min_d lam[g, d] * dur[k, d]
+
+    def bottleneck(self, j: int, res: np.ndarray) -> np.ndarray:
+        """Lower bound (s) on the final max(busy, link_busy) of labels at block j, [L].
+
+        The largest of: the current bottleneck; water-filling the least remaining work over
+        the devices; and the dual of the fractional assignment of the remaining blocks,
+        max over lam of sum_d lam_d * busy_d + sum_k min_d lam_d * dur[k, d] (any lam on
+        the simplex gives a valid bound, since the max over devices >= any weighted mean).
+        """
+        d = self.lam.shape[1]
+        busy = res[:, :d]
+        dual = np.max(busy @ self.lam.T + self.split[j][None, :], axis=1)
+        return np.maximum(np.maximum(res.max(1), _waterfill(busy, self.work[j])), dual)
 
 
 def _links(d: int):
@@ -81,7 +97,118 @@ def bounds(tab: Tables) -> Bounds:
                 ok[1:] = tab.legal[:-1, e] & tab.legal[1:, f]
                 most[:, col[e, f]] = np.where(ok, tab.xfer[:, e, f], 0.0)
     delta = np.concatenate([np.cumsum(most[::-1], axis=0)[::-1][1:], np.zeros((1, most.shape[1]))])
-    return Bounds(t=_reverse(tab.dur, xfer), e=_reverse(e_dur, e_xfer), work=work, delta=delta)
+    lam = _simplex(d)
+    dur = np.where(tab.legal, tab.dur, 0.0)
+    weighted = np.where(tab.legal[:, None, :], dur[:, None, :] * lam[None, :, :], np.inf)
+    per_block = np.min(weighted, axis=2)  # [M, G]
+    split = np.zeros_like(per_block)
+    split[:-1] = np.cumsum(per_block[::-1], axis=0)[::-1][1:]
+    return Bounds(
+        t=_reverse(tab.dur, xfer), e=_reverse(e_dur, e_xfer), work=work, delta=delta, lam=lam,
+        split=split,
+    )  # fmt: skip
+
+
+def _simplex(d: int, points: int = 120) -> np.ndarray:
+    """A grid on the probability simplex in d dimensions, about `points` points, f64[G, d]."""
+    n = 1
+    while _compositions(n + 1, d) <= points:
+        n += 1
+    return np.asarray(list(_all_compositions(n, d)), np.float64) / n
+
+
+def _compositions(n: int, d: int) -> int:
+    return math.comb(n + d - 1, d - 1)
+
+
+def _all_compositions(n: int, d: int):
+    if d == 1:
+        yield (n,)
+        return
+    for first in range(n + 1):
+        for rest in _all_compositions(n - first, d - 1):
+            yield (first, *rest)
+
+
+@dataclass(frozen=True)
+class Chord:
+    """A bound on the score that couples latency, bottleneck and energy (score mode).
+
+    A plan that can beat the incumbent has T in [t_lo, t_hi] and bottleneck B in [b_lo, b_hi]
+    (the other terms are bounded). There 1/T and 1/B lie below their chords, so
+        score <= k - a * T - c * B - g * E <= k - a * T - c * sum_d lam_d busy_d - g * E
+    for every lam on the simplex. The right side adds up over blocks: its least completion
+    from block j on device d is a reverse dynamic program, h[g, j, d], one per lam[g].
+    """
+
+    k: float  # score units
+    a: float  # 1/s: weight of latency
+    c: float  # 1/s: weight of the bottleneck
+    g: float  # 1/J: weight of energy
+    lam: np.ndarray  # f64[G, D]
+    h: np.ndarray  # f64[G, M, D]  least completion cost of the linear form
+
+    def bound(self, j: int, last, t, busy, e) -> np.ndarray:
+        """Upper bound on the score of any completion of the labels at block j, [L]."""
+        cur = self.a * t[:, None] + self.c * (busy @ self.lam.T) + self.g * e[:, None]
+        return self.k - np.max(cur + self.h[:, j, :].T[last], axis=1)
+
+
+def chord(problem: ChainProblem, tab: Tables, bnd: Bounds, incumbent: float) -> Chord | None:
+    """The `Chord` bound at this batch against `incumbent`, or None where it cannot help."""
+    alpha, beta, gamma = problem.weights
+    if not np.isfinite(incumbent):
+        return None
+    a_t = alpha * problem.t_ref
+    a_b = beta * tab.batch / (problem.x_ref if problem.x_ref > 0 else 1.0)
+    g = gamma / (problem.e_ref if problem.e_ref > 0 else 1.0)
+    first = np.flatnonzero(tab.legal[0])
+    if first.size == 0:
+        return None
+    t_lo = float(np.min(tab.dur[0, first] + bnd.t[0, first]))
+    e_lo = float(np.min(tab.e_dur[0, first] + bnd.e[0, first]))
+    res = np.zeros((first.size, tab.d + tab.d * (tab.d - 1)))
+    res[np.arange(first.size), first] = tab.dur[0, first]
+    b_lo = float(np.min(bnd.bottleneck(0, res)))
+    if not (t_lo > 0 and b_lo > 0 and np.isfinite(t_lo)):
+        return None
+    need_t = incumbent - a_b / b_lo + g * e_lo  # a_t / T must reach this
+    need_b = incumbent - a_t / t_lo + g * e_lo  # a_b / B must reach this
+    t_hi = a_t / need_t if need_t > 0 else np.inf
+    b_hi = a_b / need_b if need_b > 0 else np.inf
+
+    def line(w, lo, hi):  # w / x <= k - s * x on [lo, hi]
+        if not np.isfinite(hi) or hi <= lo:
+            return w / lo, 0.0
+        return w * (lo + hi) / (lo * hi), w / (lo * hi)
+
+    k_t, a = line(a_t, t_lo, t_hi)
+    k_b, c = line(a_b, b_lo, b_hi)
+    lam = bnd.lam
+    legal = tab.legal
+    dur = np.where(legal, tab.dur, 0.0)
+    cost = (a + c * lam[:, None, :]) * dur[None] + g * np.where(legal, tab.e_dur, 0.0)[None]
+    cost = np.where(legal[None], cost, np.inf)  # [G, M, D]
+    step = a * tab.xfer + g * tab.e_xfer  # [M, D, D]
+    h = np.zeros(cost.shape)
+    for j in range(tab.m - 2, -1, -1):
+        nxt = cost[:, j + 1, :] + h[:, j + 1, :]  # [G, D]
+        h[:, j, :] = np.min(step[j + 1][None] + nxt[:, None, :], axis=2)
+    return Chord(k=k_t + k_b, a=a, c=c, g=g, lam=lam, h=h)
+
+
+def root_bound(problem: ChainProblem, tab: Tables, bnd: Bounds) -> float:
+    """An upper bound on the score of every plan at this batch (-inf if none is legal)."""
+    d = tab.d
+    first = np.flatnonzero(tab.legal[0])
+    if first.size == 0:
+        return -np.inf
+    res = np.zeros((first.size, d + d * (d - 1)))
+    res[np.arange(first.size), first] = tab.dur[0, first]
+    t = tab.dur[0, first] + bnd.t[0, first]
+    e = tab.e_dur[0, first] + bnd.e[0, first]
+    ub = problem.score_bound(tab.batch, t, bnd.bottleneck(0, res), e)
+    return float(np.max(np.where(np.isfinite(t), ub, -np.inf)))
 
 
 def shortest(cost: np.ndarray, step: np.ndarray) -> tuple[np.ndarray, float]:
@@ -214,36 +341,43 @@ def _waterfill(busy: np.ndarray, work: float) -> np.ndarray:
     return np.min((work + np.cumsum(s, axis=1)) / k, axis=1)
 
 
-def _dominated(keys: np.ndarray, res: np.ndarray, delta: np.ndarray, chunk: int = 256):
+def _dominated(keys, res, delta, floor, chunk: int = 256) -> np.ndarray:
     """Mask of labels dominated by an earlier label (keys sorted ascending by column 0).
 
-    Label i is dominated by j < i when keys[j] <= keys[i] (all columns: latency, energy,
-    memory) and, for every resource r, res[j, r] <= res[i, r] or res[j, r] + delta[r] <=
-    max(res[i]). Labels are compared with the kept labels of earlier chunks and with every
-    earlier label of their own chunk; the dominance chains this builds end at kept labels.
+    keys f64[L, K] (latency, energy, memory), res f64[L, R] (resources), delta f64[R] (the
+    most the remaining blocks can add to each resource), floor f64[L] (a lower bound on each
+    label's final bottleneck). Label i is dominated by j < i when keys[j] <= keys[i] and, for
+    every resource r, res[j, r] <= res[i, r] or res[j, r] + delta[r] <= floor[i]: then every
+    completion of j is at least as good as the same completion of i. Labels are compared with
+    the kept labels of earlier chunks and every earlier label of their own chunk; the
+    dominance chains this builds end at kept labels.
     """
     n = keys.shape[0]
     out = np.zeros(n, bool)
     if n < 2:
         return out
-    top = res.max(1) if res.shape[1] else np.zeros(n)
     # Columns equal across all labels decide nothing.
     res_cols = [r for r in range(res.shape[1]) if np.ptp(res[:, r]) > 0]
-    key_cols = [c for c in range(keys.shape[1]) if c == 0 or np.ptp(keys[:, c]) > 0]
-    reach = res + delta[None, :]
+    key_cols = [c for c in range(1, keys.shape[1]) if np.ptp(keys[:, c]) > 0]
+    # Candidates on the fast (last) axis, one contiguous row per column: [I, J] masks.
+    key_t = np.ascontiguousarray(keys.T)
+    res_t = np.ascontiguousarray(res.T)
+    reach_t = res_t + delta[:, None]
     kept = np.zeros(0, np.int64)
     for lo in range(0, n, chunk):
         hi = min(n, lo + chunk)
         i = np.arange(lo, hi)
         j = np.concatenate([kept, i])
-        dom = j[:, None] < i[None, :]
+        dom = i[:, None] > j[None, :]
+        tmp = np.empty_like(dom)
         for c in key_cols:
-            dom &= keys[j, c][:, None] <= keys[i, c][None, :]
+            np.less_equal(key_t[c, j][None, :], key_t[c, i][:, None], out=tmp)
+            dom &= tmp
         for r in res_cols:
-            dom &= (res[j, r][:, None] <= res[i, r][None, :]) | (
-                reach[j, r][:, None] <= top[i][None, :]
-            )
-        out[lo:hi] = dom.any(axis=0)
+            np.less_equal(res_t[r, j][None, :], res_t[r, i][:, None], out=tmp)
+            tmp |= reach_t[r, j][None, :] <= floor[i][:, None]
+            dom &= tmp
+        out[lo:hi] = dom.any(axis=1)
         kept = np.concatenate([kept, i[~out[lo:hi]]])
     return out
 
@@ -287,6 +421,7 @@ def label_search(
     n_res = 0 if mode == "latency" else d + d * (d - 1)
     bind = np.flatnonzero(tab.binding)
     cap = tab.capacity[bind]
+    lin = chord(problem, tab, bnd, incumbent.score) if mode == "score" else None
 
     last = np.zeros(0, np.int64)
     res = np.zeros((1, n_res))
@@ -330,11 +465,14 @@ def label_search(
         t_lb = t + bnd.t[j, last]
         if mode == "latency":
             keep = t_lb <= t_bound
+            b_lb = np.zeros(t.size)
         else:
             e_lb = e + bnd.e[j, last]
-            b_lb = np.maximum(res.max(1), _waterfill(res[:, :d], bnd.work[j]))
+            b_lb = bnd.bottleneck(j, res)
             if mode == "score":
                 ub = problem.score_bound(b, t_lb, b_lb, e_lb)
+                if lin is not None:
+                    ub = np.minimum(ub, lin.bound(j, last, t, res[:, :d], e))
                 keep = ub >= incumbent.score
             else:
                 x_ub = np.where(b_lb > 0, b / np.where(b_lb > 0, b_lb, 1.0), np.inf)
@@ -354,7 +492,8 @@ def label_search(
             keys = np.stack(cols, axis=1)
             order = np.lexsort(keys.T[::-1])
             idx = idx[order]
-            gone = _dominated(keys[order], res[idx], bnd.delta[j] if n_res else np.zeros(0))
+            delta = bnd.delta[j] if n_res else np.zeros(0)
+            gone = _dominated(keys[order], res[idx], delta, b_lb[idx])
             kept.append(idx[~gone])
         sel = np.concatenate(kept) if kept else np.zeros(0, np.int64)
         last, parent, res, t, e = last[sel], parent[sel], res[sel], t[sel], e[sel]

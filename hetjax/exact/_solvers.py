@@ -27,6 +27,7 @@ from hetjax.exact._search import (
     improve,
     label_search,
     latency_dp,
+    root_bound,
 )
 from hetjax.graphs.core import LayerGraph
 from hetjax.hardware.core import Platform
@@ -78,15 +79,6 @@ def optimal_latency(
     return _plan(problem, bp, batch)
 
 
-def _root_bound(problem: ChainProblem, tab: Tables) -> float:
-    """An upper bound on the score of every plan at this batch."""
-    bnd = bounds(tab)
-    t = np.min(tab.dur[0] + bnd.t[0])
-    e = np.min(tab.e_dur[0] + bnd.e[0])
-    work = np.min(tab.dur[0]) + bnd.work[0]
-    return float(problem.score_bound(tab.batch, t, work / tab.d, e))
-
-
 def optimal_score(
     graph: LayerGraph,
     platform: Platform,
@@ -117,7 +109,7 @@ def optimal_score(
         inc.offer(s_best, bp, tab.batch)
     seed_score = inc.score
     t_seed = time.perf_counter() - t0
-    roots = [_root_bound(problem, tab) for tab in tabs]
+    roots = [root_bound(problem, tab, bounds(tab)) for tab in tabs]
     per_batch = {}
     for k in np.argsort(roots)[::-1]:
         tab = tabs[k]

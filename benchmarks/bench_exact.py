@@ -1,0 +1,193 @@
+"""Benchmark hj.exact: score optimum and Pareto front of bert-base (block granularity) over
+the six default batches on every preset, against the exhaustive enumerator on a small model.
+
+    .venv/bin/python benchmarks/bench_exact.py [--repeat 3] [--small bert-mini]
+
+Times are wall-clock seconds on this machine. "cold" is the first call in the process (it
+includes compiling hj.evaluate for the graph and platform shapes); "warm" is the best of
+`--repeat` later calls. The ratio row compares the exhaustive enumerator with optimal_score on
+the small model, both warm, in the same run. Also reports, per preset, what the exact score
+optimum looks like against the best all-on-device-0 plan. Writes benchmarks/results/exact.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform as host
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+
+import hetjax as hj
+import hetjax.exact as ex
+from hetjax.graphs.transformers import block_names
+
+PRESETS = ("edge", "soc", "datacenter", "host3")
+TARGETS = {2: 1.0, 3: 5.0}  # s: exact score optimum of bert-base over six batches (issue)
+
+
+def _timed(fn, repeat: int):
+    """(result of the first call, cold seconds, best warm seconds over `repeat` calls)."""
+    t0 = time.perf_counter()
+    out = fn()
+    cold = time.perf_counter() - t0
+    warm = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        warm.append(time.perf_counter() - t0)
+    return out, cold, min(warm)
+
+
+def _describe(graph, platform, plan, names, device_names) -> dict:
+    """Which blocks of the plan run where (runs of consecutive blocks on one device)."""
+    block = np.asarray(graph.block)
+    first = [int(np.flatnonzero(block == j)[0]) for j in range(graph.num_blocks)]
+    bp = np.asarray(plan.placement)[first]
+    runs, start = [], 0
+    for j in range(1, len(bp) + 1):
+        if j == len(bp) or bp[j] != bp[start]:
+            runs.append(f"{names[start]}..{names[j - 1]} -> {device_names[bp[start]]}")
+            start = j
+    counts = {device_names[d]: int((bp == d).sum()) for d in range(len(device_names))}
+    return {"block_devices": bp.tolist(), "runs": runs, "blocks_per_device": counts}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--model", default="bert-base")
+    ap.add_argument("--small", default="bert-mini", help="model for the enumerator comparison")
+    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "exact.json"))
+    args = ap.parse_args()
+
+    graph = hj.graphs.transformer(args.model, seq_len=128, granularity="block")
+    small = hj.graphs.transformer(args.small, seq_len=128, granularity="block")
+    names = block_names(args.model)
+    batches = ex.DEFAULT_BATCHES
+    rows, presets = [], {}
+    for name in PRESETS:
+        p = hj.hardware.preset(name)
+        spec = hj.hardware.PRESETS[name]
+        n_dev = p.d_max
+        stats: dict = {}
+        (plan, s), cold, warm = _timed(
+            lambda p=p, stats=stats: ex.optimal_score(graph, p, batches, stats=stats),
+            args.repeat,
+        )
+        (plans, metrics), p_cold, p_warm = _timed(
+            lambda p=p: ex.pareto_front(graph, p, batches), args.repeat
+        )
+        lat_plan, l_cold, l_warm = _timed(
+            lambda p=p: ex.optimal_latency(graph, p, 8.0), args.repeat
+        )
+        # The enumerator against optimal_score on the small model, both warm.
+        enum, e_cold, e_warm = _timed(lambda p=p: ex.enumerate_plans(small, p, batches), 1)
+        (_, s_small), _, s_warm = _timed(lambda p=p: ex.optimal_score(small, p, batches), 1)
+
+        # The best all-on-device-0 plan over the batches, for the preset findings.
+        ref = hj.evaluate(graph, p, hj.reference_plan(graph))
+        all0 = []
+        for b in batches:
+            m0 = hj.evaluate(graph, p, hj.Plan.create(np.zeros(graph.n_max, np.int32), b))
+            all0.append(float(hj.score(m0, ref)))
+        b0 = int(np.argmax(all0))
+        m = hj.evaluate(graph, p, plan)
+        found = {
+            "devices": spec.device_names,
+            "score": s,
+            "batch": float(plan.batch),
+            "latency_s": float(m.latency),
+            "throughput": float(m.throughput),
+            "energy_J": float(m.energy),
+            "best_all_device0_score": all0[b0],
+            "best_all_device0_batch": float(batches[b0]),
+            "all_device0_scores": dict(zip(map(str, batches), all0, strict=True)),
+            **_describe(graph, p, plan, names, spec.device_names),
+        }
+        presets[name] = found
+        row = {
+            "preset": name,
+            "devices": n_dev,
+            "score_cold_s": cold,
+            "score_warm_s": warm,
+            "target_s": TARGETS[n_dev],
+            "meets_target_warm": warm < TARGETS[n_dev],
+            "search_s": sum(v.get("seconds", 0.0) for v in stats["per_batch"].values()),
+            "max_labels_per_block": max(
+                (
+                    max(v["labels_per_block"] or [0])
+                    for v in stats["per_batch"].values()
+                    if not v["skipped"]
+                ),
+                default=0,
+            ),  # fmt: skip
+            "batches_searched": sum(not v["skipped"] for v in stats["per_batch"].values()),
+            "pareto_cold_s": p_cold,
+            "pareto_warm_s": p_warm,
+            "pareto_points": int(plans.batch.shape[0]),
+            "latency_dp_warm_s": l_warm,
+            "small_model": args.small,
+            "small_plans": int(enum.scores.size),
+            "enumerate_warm_s": e_warm,
+            "enumerate_cold_s": e_cold,
+            "small_score_warm_s": s_warm,
+            "enumerate_over_exact": e_warm / s_warm,
+            "small_scores_agree": abs(enum.score - s_small) <= 2e-5 * max(1.0, abs(s_small)),
+            "score": s,
+            "batch": float(plan.batch),
+            "latency_plan_batch": float(lat_plan.batch),
+        }
+        rows.append(row)
+        print(f"{name}: done", flush=True)
+
+    head = (
+        f"{'preset':<11}{'D':>2}{'score warm':>11}{'cold':>7}{'target':>7}{'labels':>7}"
+        f"{'pareto':>8}{'pts':>5}{'enum/exact':>11}{'  (' + args.small + ' plans)':>20}"
+    )
+    print(f"\n{args.model} (block granularity), batches {batches}; seconds")
+    print(head)
+    for r in rows:
+        print(
+            f"{r['preset']:<11}{r['devices']:>2}{r['score_warm_s']:>11.3f}{r['score_cold_s']:>7.2f}"
+            f"{r['target_s']:>7.1f}{r['max_labels_per_block']:>7}{r['pareto_warm_s']:>8.3f}"
+            f"{r['pareto_points']:>5}{r['enumerate_over_exact']:>11.1f}{r['small_plans']:>20}"
+        )
+    print("\nexact score optimum vs the best all-on-device-0 plan")
+    for name, f in presets.items():
+        print(
+            f"{name:<11} score {f['score']:.4f} at b={f['batch']:g} "
+            f"(all-{f['devices'][0]}: {f['best_all_device0_score']:.4f} at "
+            f"b={f['best_all_device0_batch']:g}); blocks per device {f['blocks_per_device']}"
+        )
+        for r in f["runs"]:
+            print(f"{'':<13}{r}")
+
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    doc = {
+        "benchmark": "exact",
+        "command": "python benchmarks/bench_exact.py "
+        + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k != "out"),
+        "model": args.model,
+        "batches": list(batches),
+        "machine": {
+            "python": host.python_version(),
+            "jax": jax.__version__,
+            "backend": jax.default_backend(),
+            "cpus": os.cpu_count(),
+            "load_avg": os.getloadavg(),
+        },
+        "rows": rows,
+        "presets": presets,
+    }
+    out.write_text(json.dumps(doc, indent=1))
+    print(f"\nwrote {out}")
+
+
+if __name__ == "__main__":
+    main()
