@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import platform as host
+import re
 import time
 from pathlib import Path
 
@@ -43,18 +44,36 @@ def _timed(fn, repeat: int):
     return out, cold, min(warm)
 
 
-def _describe(graph, platform, plan, names, device_names) -> dict:
-    """Which blocks of the plan run where (runs of consecutive blocks on one device)."""
+def _layers(indices: list[int]) -> str:
+    """[0, 1, 2, 5, 7, 8] -> '0-2,5,7-8'."""
+    out, start = [], 0
+    for k in range(1, len(indices) + 1):
+        if k == len(indices) or indices[k] != indices[k - 1] + 1:
+            a, b = indices[start], indices[k - 1]
+            out.append(f"{a}" if a == b else f"{a}-{b}")
+            start = k
+    return ",".join(out)
+
+
+def _describe(graph, plan, names, device_names) -> dict:
+    """Which blocks of the plan run where, e.g. {'NPU': 'ffn of layers 0-7,10'}."""
     block = np.asarray(graph.block)
     first = [int(np.flatnonzero(block == j)[0]) for j in range(graph.num_blocks)]
     bp = np.asarray(plan.placement)[first]
-    runs, start = [], 0
-    for j in range(1, len(bp) + 1):
-        if j == len(bp) or bp[j] != bp[start]:
-            runs.append(f"{names[start]}..{names[j - 1]} -> {device_names[bp[start]]}")
-            start = j
-    counts = {device_names[d]: int((bp == d).sum()) for d in range(len(device_names))}
-    return {"block_devices": bp.tolist(), "runs": runs, "blocks_per_device": counts}
+    where = {}
+    for d, dev in enumerate(device_names):
+        parts, by_kind = [], {}
+        for j in np.flatnonzero(bp == d):
+            m = re.fullmatch(r"layer(\d+)\.(\w+)", names[j])
+            if m:
+                by_kind.setdefault(m.group(2), []).append(int(m.group(1)))
+            else:
+                parts.append(names[j])
+        parts += [f"{kind} of layers {_layers(ix)}" for kind, ix in by_kind.items()]
+        if parts:
+            where[dev] = "; ".join(parts)
+    counts = {dev: int((bp == d).sum()) for d, dev in enumerate(device_names)}
+    return {"block_devices": bp.tolist(), "where": where, "blocks_per_device": counts}
 
 
 def main() -> None:
@@ -107,7 +126,7 @@ def main() -> None:
             "best_all_device0_score": all0[b0],
             "best_all_device0_batch": float(batches[b0]),
             "all_device0_scores": dict(zip(map(str, batches), all0, strict=True)),
-            **_describe(graph, p, plan, names, spec.device_names),
+            **_describe(graph, plan, names, spec.device_names),
         }
         presets[name] = found
         row = {
@@ -164,8 +183,8 @@ def main() -> None:
             f"(all-{f['devices'][0]}: {f['best_all_device0_score']:.4f} at "
             f"b={f['best_all_device0_batch']:g}); blocks per device {f['blocks_per_device']}"
         )
-        for r in f["runs"]:
-            print(f"{'':<13}{r}")
+        for dev, blocks in f["where"].items():
+            print(f"{'':<13}{dev}: {blocks}")
 
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

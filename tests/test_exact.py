@@ -254,8 +254,23 @@ def test_enumeration_best_is_evaluated():
     s = float(hj.score(hj.evaluate(g, p, enum.plan), ref, (0.2, 0.5, 0.3)))
     np.testing.assert_allclose(s, enum.score, rtol=1e-6)
     assert enum.score == enum.scores.max()
+    # The placement order: placement k gives block j the device of digit j of k (base D).
+    np.testing.assert_array_equal(enum.block_placements[6], [0, 1, 1, 0])
     with pytest.raises(hj.PlanError, match="max_plans"):
         ex.enumerate_plans(g, p, (1.0,), max_plans=8)
+
+
+def test_enumeration_compiles_once_per_shape():
+    """Graphs and platforms of one padded shape share one compilation (STYLE: no retracing)."""
+    from hetjax.exact._enumerate import _plans
+
+    g = random_chain(np.random.default_rng(5), 5)
+    ex.enumerate_plans(g, random_platform(0, 3, False, g), BATCHES)
+    before = _plans._cache_size()
+    g2 = random_chain(np.random.default_rng(6), 3)
+    enum = ex.enumerate_plans(g2, random_platform(1, 2, True, g2), BATCHES)
+    assert _plans._cache_size() == before
+    assert enum.scores.shape == (len(BATCHES), 2**3)
 
 
 # --- chain conditions and input checks --------------------------------------------------------
