@@ -101,6 +101,7 @@ CASES = [  # (seed, blocks, real devices, tight memory, score weights)
     (4, 6, 3, True, THROUGHPUT),
     (5, 6, 3, True, hj.DEFAULT_WEIGHTS),
     (6, 7, 3, True, THROUGHPUT),
+    (7, 6, 1, False, THROUGHPUT),  # one real device: only the batch is chosen
 ]
 _SAMPLED = hj.hardware.sample(jax.random.key(0), len(CASES), base="host3")
 

@@ -11,8 +11,11 @@
 Resources (the columns of `res`): busy of the D real devices, then the D*(D-1) directed links.
 The throughput of a plan is b / max(res); the dominance test on resources is relaxed: resource
 r of label a need not be <= that of label c when even its largest possible final value,
-res_a[r] + delta[r], cannot exceed c's current bottleneck max(res_c), which c's final
-bottleneck is at least.
+res_a[r] + delta[r], cannot exceed a lower bound on c's final bottleneck.
+
+Bounds (all optimistic, memory ignored): least remaining latency and energy by reverse dynamic
+programs; the final bottleneck by water-filling and by the dual of the fractional assignment
+of the remaining blocks; and in score mode the `Chord` bound, which couples the three terms.
 """
 
 from __future__ import annotations
@@ -111,6 +114,8 @@ def bounds(tab: Tables) -> Bounds:
 
 def _simplex(d: int, points: int = 120) -> np.ndarray:
     """A grid on the probability simplex in d dimensions, about `points` points, f64[G, d]."""
+    if d == 1:
+        return np.ones((1, 1))
     n = 1
     while _compositions(n + 1, d) <= points:
         n += 1
