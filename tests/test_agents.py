@@ -1,4 +1,9 @@
-"""The PPO agent: exploration mixture, masking, imitation, vmap over seeds, resume."""
+"""The PPO agent: exploration mixture, masking, imitation, vmap over seeds, resume.
+
+The tests that compile the whole training loop take minutes on two cores (the environment's
+step is compiled inside several scans); they are opt-in with `--slow` until that compile time
+comes down. The cheap ones always run.
+"""
 
 import dataclasses
 
@@ -57,6 +62,7 @@ def test_sampling_follows_the_mixture():
     assert freq[3] == 0.0  # never an illegal action
 
 
+@pytest.mark.slow
 def test_first_epoch_ratio_is_one(setup):
     runner = jax.jit(lambda k: ppo.init_runner(setup, k))(jax.random.key(0))
     params = ppo._env_params(setup, ppo.sample_platforms(setup, jax.random.key(1), 8))
@@ -70,6 +76,7 @@ def test_first_epoch_ratio_is_one(setup):
     assert traj.valid[-1].all() and traj.done[-1].all()  # one full episode per env
 
 
+@pytest.mark.slow
 def test_imitation_lowers_loss_and_ppo_starts_from_the_clone(setup, teacher):
     cfg = dataclasses.replace(TINY, num_updates=0)
     out = jax.jit(ppo.make_train(cfg, teacher))(jax.random.key(3))
@@ -82,6 +89,7 @@ def test_imitation_lowers_loss_and_ppo_starts_from_the_clone(setup, teacher):
     assert all(jax.tree.leaves(same))
 
 
+@pytest.mark.slow
 def test_vmap_over_seeds(teacher):
     train = ppo.make_train(TINY, teacher)
     out = jax.jit(jax.vmap(train))(jax.random.split(jax.random.key(0), 2))
@@ -93,6 +101,7 @@ def test_vmap_over_seeds(teacher):
     assert any(not np.array_equal(x, y) for x, y in zip(a, b, strict=True))
 
 
+@pytest.mark.slow
 def test_resume_reaches_the_same_result(tmp_path):
     cfg = dataclasses.replace(TINY, num_updates=4, imitation_steps=0)
     full = agents.Trainer(cfg, tmp_path / "full", chunk=2, validation=2)
@@ -106,6 +115,7 @@ def test_resume_reaches_the_same_result(tmp_path):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
+@pytest.mark.slow
 def test_rerun_without_resume_is_refused(tmp_path):
     from hetjax.errors import CheckpointError
 
