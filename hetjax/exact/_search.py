@@ -252,23 +252,21 @@ def chain_eval(tab: Tables, bp: np.ndarray):
     k, m = bp.shape
     d = tab.d
     rows = np.arange(m)
-    dur = tab.dur[rows, bp]
+    legal = tab.legal[rows, bp]
+    dur = np.where(legal, tab.dur[rows, bp], 0.0)
     prev = np.concatenate([bp[:, :1], bp[:, :-1]], axis=1)
     x = tab.xfer[rows, prev, bp]
-    on = bp[:, :, None] == np.arange(d)  # [K, M, D]
-    legal = tab.legal[rows, bp].all(1)
-    dur_ok = np.where(np.isfinite(dur), dur, 0.0)
-    busy = np.einsum("kmd,km->kd", on, dur_ok)
-    hop = prev * d + bp
-    link = np.einsum("kml,km->kl", hop[:, :, None] == np.arange(d * d), x)
-    latency = dur_ok.sum(1) + x.sum(1)
-    energy = np.where(np.isfinite(tab.e_dur[rows, bp]), tab.e_dur[rows, bp], 0.0).sum(1)
-    energy = energy + tab.e_xfer[rows, prev, bp].sum(1)
-    mem = np.einsum("kmd,m->kd", on, tab.params) + tab.batch * np.max(
-        np.where(on, tab.act[None, :, None], 0.0), axis=1
-    )
-    feasible = legal & (mem <= tab.capacity).all(1)
-    bottleneck = np.maximum(busy.max(1), link.max(1))
+    plan = np.arange(k)[:, None]
+    busy = np.bincount((plan * d + bp).ravel(), dur.ravel(), k * d).reshape(k, d)
+    link = np.bincount((plan * d * d + prev * d + bp).ravel(), x.ravel(), k * d * d)
+    latency = dur.sum(1) + x.sum(1)
+    energy = np.where(legal, tab.e_dur[rows, bp], 0.0).sum(1) + tab.e_xfer[rows, prev, bp].sum(1)
+    feasible = legal.all(1)
+    for dev in np.flatnonzero(tab.binding):  # memory can only bind on these
+        on = bp == dev
+        mem = on @ tab.params + tab.batch * np.max(np.where(on, tab.act, 0.0), axis=1)
+        feasible &= mem <= tab.capacity[dev]
+    bottleneck = np.maximum(busy.max(1), link.reshape(k, d * d).max(1))
     return latency, bottleneck, energy, feasible
 
 
@@ -291,19 +289,25 @@ def _scores(problem: ChainProblem, tab: Tables, bp: np.ndarray) -> np.ndarray:
 
 
 def improve(problem: ChainProblem, tab: Tables, bp: np.ndarray, rounds: int = 50):
-    """Best-improvement local search from `bp` (int[M]): moves set a run of blocks to a device.
+    """Best-improvement local search from `bp` (int[M]): moves set a run of blocks to a device
+    (runs of every length up to about 2000 runs in all; longer chains get shorter runs).
 
     Returns (block placement, score). A heuristic: it only seeds the exact search's incumbent.
     """
     m, d = tab.m, tab.d
     a, b = np.triu_indices(m + 1, 1)  # runs [a, b)
+    longest = m if m * (m + 1) // 2 <= 2000 else max(1, 2000 // m)
+    a, b = a[b - a <= longest], b[b - a <= longest]
     runs = (np.arange(m)[None, :] >= a[:, None]) & (np.arange(m)[None, :] < b[:, None])
     best = np.asarray(bp, np.int64)
     best_s = _scores(problem, tab, best[None])[0]
+    step = max(1, (1 << 16) // m)  # candidates scored at once
     for _ in range(rounds):
         cand = np.where(runs[None], np.arange(d)[:, None, None], best[None, None, :])
         cand = cand.reshape(-1, m)
-        s = _scores(problem, tab, cand)
+        s = np.concatenate(
+            [_scores(problem, tab, cand[lo : lo + step]) for lo in range(0, len(cand), step)]
+        )
         k = int(np.argmax(s))
         if not s[k] > best_s:
             break
