@@ -1,0 +1,1041 @@
+"""`PlacementEnv`: place a Transformer's blocks on a heterogeneous platform, one decision a step.
+
+An episode is a two-level decision (see docs/environment.md): the first step picks the batch
+threshold from `EnvParams.batches`; then one step per real block, in topological order, picks
+the block's device. The finished block placement is the plan; its SPEC score is the terminal
+reward. Everything is pure JAX with static sizes, so `jax.vmap(env.step)` steps thousands of
+environments with different platforms (and padded models) at once.
+
+The op-level list schedule of SPEC is simulated incrementally: placing block j simulates
+exactly the ops of block j (their predecessors are all in blocks already placed), with the same
+expressions as `hetjax.cost`. When the last block is placed, the plan's `Metrics` are reduced
+from that schedule with the cost model's own reduction (`cost._metrics`), so they equal
+`hj.evaluate` of the plan; under `vmap`, only the environments that finished an episode in this
+step are reduced (a custom batching rule), not all of them.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from hetjax.cost import (
+    DEFAULT_WEIGHTS,
+    Metrics,
+    Plan,
+    _device_terms,
+    _metrics,
+    evaluate,
+    reference_plan,
+    score,
+)
+from hetjax.env.base import Environment
+from hetjax.env.spaces import Box, Dict, Discrete
+from hetjax.errors import GraphError, PlanError, PlatformError
+from hetjax.graphs import core as graphs_core
+from hetjax.graphs.core import BLOCK_KINDS, LayerGraph
+from hetjax.hardware import core as hardware_core
+from hetjax.hardware.core import Platform
+
+__all__ = [
+    "PlacementEnv",
+    "EnvParams",
+    "EnvState",
+    "Observation",
+    "DEFAULT_BATCHES",
+    "DEFAULT_PENALTY",
+    "feature_sizes",
+    "block_feature_sizes",
+]
+
+DEFAULT_BATCHES = (1, 2, 4, 8, 16, 32)  # batch-threshold choices, samples per batch
+DEFAULT_PENALTY = -2.0  # terminal reward of a masked action or an infeasible plan
+NUM_KINDS = len(BLOCK_KINDS)
+
+
+# --- pytrees -------------------------------------------------------------------------------------
+
+
+@struct.dataclass
+class EnvParams:
+    """Everything fixed during an episode: graph, platform, objective and precomputed tables.
+
+    Built by `PlacementEnv.make_params`; K batch choices, M blocks, D devices, N ops.
+    """
+
+    graph: LayerGraph  # padded to (n_max, m_max, p_max)
+    platform: Platform  # padded to d_max
+    weights: jax.Array  # f32[3]        (alpha, beta, gamma) of the SPEC score
+    batches: jax.Array  # f32[K]        batch choices, samples per batch (padding: 1)
+    batch_mask: jax.Array  # bool[K]    real choice and the all-on-device-0 plan fits at it
+    reference: Metrics  # metrics of the SPEC reference plan (all on device 0 at b_ref)
+    penalty: jax.Array  # f32[]         terminal reward of a masked action / infeasible plan
+    shaping: jax.Array  # f32[]         coefficient of the potential-based shaping (0 = off)
+    discount: jax.Array  # f32[]        gamma of the shaping term F = gamma*Phi(s') - Phi(s)
+    num_blocks: jax.Array  # int32[]    real blocks (= block decisions per episode)
+    block_start: jax.Array  # int32[M]  index of the first op of each block (N for padding)
+    block_len: jax.Array  # int32[M]    real ops in each block
+    block_time: jax.Array  # f32[K, M, D]  s: sum of SPEC op durations of block j on device d
+    block_params: jax.Array  # f32[M]   weight bytes of each block
+    block_act: jax.Array  # f32[M]      largest activation bytes per sample of an op of the block
+    block_in: jax.Array  # f32[M]       bytes per sample the block receives from other blocks
+    legal: jax.Array  # bool[M, D]      device runs every op class of the block (and is real)
+    lane_f: jax.Array  # f32[M, L, 3]   flops, act_bytes, param_bytes of the block's i-th op
+    lane_i: jax.Array  # int32[M, L, 2] op class, real (1) of the block's i-th op
+    slot_i: jax.Array  # int32[M, L*P, 3]  producer op, its block, 1 if it is a real op of an
+    #                                      earlier block (slot i*P+k: predecessor k of op i)
+    slot_out: jax.Array  # f32[M, L*P]  output bytes per sample of each slot's producer
+    suffix0: jax.Array  # f32[K, M + 1] s: block times on device 0 from block j to the end
+    mean_bw: jax.Array  # f32[]         bytes/s: mean bandwidth of the real links (1 if none)
+    block_static: jax.Array  # f32[K, M, Fs]  batch-dependent static part of `Observation.blocks`
+    static_features: jax.Array  # f32[Fz]  static tail of `Observation.features`
+
+
+@struct.dataclass
+class EnvState:
+    """The episode so far. The schedule buffers are scratch: rows are written when their block is
+    placed and are only read after that, so they are not cleared between episodes."""
+
+    time: jax.Array  # int32[]          steps taken (0: the batch step is next; 1 + j: block j)
+    batch_index: jax.Array  # int32[]   chosen batch choice (before the batch step: first allowed)
+    placement: jax.Array  # int32[M]    device of each placed block (0 where not placed)
+    prev_device: jax.Array  # int32[]   device of the last placed block (-1 before the first)
+    elapsed: jax.Array  # f32[]         s: latest finish time of a placed op
+    busy: jax.Array  # f32[D]           s: durations of the placed ops on each device
+    link_busy: jax.Array  # f32[D, D]   s: transfer times on each directed link
+    moved: jax.Array  # f32[D, D]       bytes moved over each directed link
+    mem_params: jax.Array  # f32[D]     weight bytes placed on each device
+    mem_act: jax.Array  # f32[D]        largest activation bytes per sample on each device
+    dev_free: jax.Array  # f32[D]       s: when each device finishes its last placed op
+    link_free: jax.Array  # f32[D, D]   s: when each link finishes its last transfer
+    finish: jax.Array  # f32[N + L]     s: finish time of each op (scratch buffer)
+    arrival: jax.Array  # f32[N + L, D] s: arrival of op p's output on device d (-1: not sent)
+    trig: jax.Array  # bool[N + L, P]   predecessor slot triggered a transfer (scratch buffer)
+    potential: jax.Array  # f32[]       shaping potential Phi of this state
+    episode_return: jax.Array  # f32[]  sum of rewards so far in this episode
+
+
+@struct.dataclass
+class Observation:
+    """What the policy sees; see `PlacementEnv.feature_layout` and docs/environment.md."""
+
+    features: jax.Array  # f32[F]         flat features (for MLP policies)
+    blocks: jax.Array  # f32[M, Fb]       per-block features (for attention policies)
+    block_mask: jax.Array  # bool[M]      real blocks
+    current: jax.Array  # int32[]         block being placed (0 at the batch step)
+    action_mask: jax.Array  # bool[A]     legal actions
+
+
+# --- observation layout ---------------------------------------------------------------------
+
+
+def feature_sizes(num_batches: int, d_max: int) -> tuple[tuple[str, int], ...]:
+    """(name, size) of each group of `Observation.features`, in order (see the docs)."""
+    k, d = num_batches, d_max
+    return (
+        # dynamic part
+        ("phase", 1),
+        ("progress", 1),
+        ("size", 1),
+        ("kind", NUM_KINDS),
+        ("batch", k),
+        ("dependency", 1),
+        ("prev_device", d),
+        ("device_real", d),
+        ("legal", d),
+        ("time_ratio", d),
+        ("time_share", d),
+        ("transfer", d),
+        ("queue", d),
+        ("memory", d),
+        ("memory_after", d),
+        ("speedup", 1),
+        ("estimate", 4),
+        # static part (EnvParams.static_features)
+        ("batch_choices", k),
+        ("batch_ok", k),
+        ("weights", 3),
+        ("runs_all", d),
+        ("batch_table", k * d),
+        ("devices", 12 * d),
+        ("links", 3 * d * d),
+    )
+
+
+_STATIC_FROM = "batch_choices"  # first group of the static part
+
+
+def block_feature_sizes(d_max: int) -> tuple[tuple[str, int], ...]:
+    """(name, size) of each group of a row of `Observation.blocks`, in order."""
+    d = d_max
+    return (
+        # static part (EnvParams.block_static, at the chosen batch)
+        ("kind", NUM_KINDS),
+        ("time_ratio", d),
+        ("time_share", d),
+        ("legal", d),
+        ("weights", 1),
+        ("dependency", 1),
+        # dynamic part
+        ("placed_on", d),
+        ("placed", 1),
+        ("current", 1),
+        ("real", 1),
+    )
+
+
+_BLOCK_STATIC_TO = "placed_on"  # first group of the dynamic part
+
+
+def _layout(sizes) -> dict[str, slice]:
+    out, at = {}, 0
+    for name, n in sizes:
+        out[name] = slice(at, at + n)
+        at += n
+    return out
+
+
+def _safe(x):
+    """x where x > 0, else 1 (a denominator / log argument that is always finite)."""
+    return jnp.where(x > 0, x, 1.0)
+
+
+def _pick(col, idx):
+    """col[idx] for a short vector col f32[D] and indices idx int32[...] (a select, no gather)."""
+    hot = idx[..., None] == jnp.arange(col.shape[-1])
+    return jnp.sum(jnp.where(hot, col, 0.0), axis=-1)
+
+
+def _is_traced(tree) -> bool:
+    return any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(tree))
+
+
+# --- terminal metrics --------------------------------------------------------------------------
+
+
+def _exact_metrics(graph, platform, block_placement, batch, finish, trig) -> Metrics:
+    """SPEC `Metrics` of a finished plan from its simulated schedule (finish f32[N], trig
+    bool[N, P]): the schedule-independent part of `cost._simulate_chunk`, one plan (C = 1)."""
+    d_max = platform.d_max
+    plan = Plan.from_blocks(graph, block_placement, batch)
+    bt = plan.batch[None]
+    dev, dur, unplaceable = _device_terms(graph, platform, plan.placement[:, None], bt)
+    pred = jnp.maximum(graph.preds, 0)
+    active = (graph.preds >= 0) & graph.op_mask[pred]
+    src = dev[pred]  # [N, P, 1]
+    dst = dev[:, None, :]
+    cross = active[..., None] & graph.op_mask[:, None, None] & (src != dst)
+    sent = bt * graph.out_bytes[pred][..., None]
+    xfer = platform.link_latency[src, dst] + sent / platform.link_bw[src, dst]
+    xfer = jnp.where(cross, xfer, 0.0)
+    trg = cross & trig[..., None]
+    on_dst = jnp.arange(d_max)[None, :, None] == dev[:, None, :]
+    link = src * d_max + dst
+    on_link = jnp.arange(d_max * d_max)[None, None, :, None] == link[:, :, None, :]
+    charged = jnp.where(trg, xfer, 0.0)
+    link_busy = jnp.sum(jnp.where(on_link, charged[:, :, None], 0.0), axis=(0, 1))
+    moved = jnp.sum(jnp.where(on_link & trg[:, :, None], sent[:, :, None], 0.0), axis=(0, 1))
+    m = _metrics(
+        graph, platform, bt, on_dst, dur, unplaceable, finish[:, None], charged.sum(axis=1),
+        link_busy.reshape(d_max, d_max, 1), moved.reshape(d_max, d_max, 1),
+    )  # fmt: skip
+    return jax.tree.map(lambda x: x[..., 0], m)
+
+
+def _zero_metrics(m_max: int, d_max: int) -> Metrics:
+    """Placeholder metrics of a step that finished no plan (feasible False, zeros)."""
+    z = jnp.zeros((), jnp.float32)
+    return Metrics(
+        latency=z, throughput=z, energy=z, busy=jnp.zeros((d_max,)),
+        link_busy=jnp.zeros((d_max, d_max)), moved=jnp.zeros((d_max, d_max)),
+        block_time=jnp.zeros((m_max,)), layer_time_std=z, transfer_share=z,
+        mem_used=jnp.zeros((d_max,)), feasible=jnp.zeros((), bool),
+        unplaceable=jnp.zeros((), jnp.int32),
+    )  # fmt: skip
+
+
+_TERMINAL_CHUNK = 64  # finished plans reduced together under vmap
+
+
+@jax.custom_batching.custom_vmap
+def _terminal_metrics(done, graph, platform, block_placement, batch, finish, trig):
+    """Metrics of the finished plan where `done`, zeros elsewhere (one environment)."""
+    return jax.lax.cond(
+        done,
+        lambda: _exact_metrics(graph, platform, block_placement, batch, finish, trig),
+        lambda: _zero_metrics(graph.m_max, platform.d_max),
+    )
+
+
+@_terminal_metrics.def_vmap
+def _terminal_metrics_vmap(axis_size, in_batched, done, *args):
+    """Batched rule: reduce only the environments whose episode ended, in chunks.
+
+    Under plain vmap a `lax.cond` on a batched predicate runs both branches for every
+    environment; here the ended ones are sorted to the front and reduced `_TERMINAL_CHUNK` at a
+    time in a loop whose trip count is the number of chunks they fill.
+    """
+    flags = tuple(in_batched[1:])
+    done = done if in_batched[0] else jnp.broadcast_to(done, (axis_size,))
+    graph, platform = args[0], args[1]
+    chunk = min(axis_size, _TERMINAL_CHUNK)
+    n_done = jnp.sum(done.astype(jnp.int32))
+    order = jnp.argsort(jnp.where(done, 0, 1).astype(jnp.int32), stable=True)
+    order = jnp.concatenate([order, jnp.zeros((-axis_size) % chunk, order.dtype)])
+    in_axes = jax.tree.map(lambda f: 0 if f else None, flags)
+    zero = _zero_metrics(graph.block_kind.shape[-1], platform.mem_bw.shape[-1])
+    out = jax.tree.map(lambda x: jnp.zeros((axis_size,) + x.shape, x.dtype), zero)
+
+    def body(i, out):
+        idx = jax.lax.dynamic_slice(order, (i * chunk,), (chunk,))
+        sub = jax.tree.map(lambda x, f: x[idx] if f else x, args, flags)
+        m = jax.vmap(_exact_metrics, in_axes=in_axes)(*sub)
+        ok = i * chunk + jnp.arange(chunk) < n_done
+        dst = jnp.where(ok, idx, axis_size)  # out of range: dropped
+        return jax.tree.map(lambda o, v: o.at[dst].set(v, mode="drop"), out, m)
+
+    out = jax.lax.fori_loop(0, (n_done + chunk - 1) // chunk, body, out)
+    return out, jax.tree.map(lambda _: True, out)
+
+
+# --- the environment ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PlacementEnv(Environment):
+    """Block placement as a gymnax-style environment (pure, jittable, vmappable).
+
+    Static sizes: `n_max` ops, `m_max` blocks, `d_max` devices, `p_max` predecessor slots,
+    `l_max` ops per block, `num_batches` batch choices. The defaults fit every built-in model
+    at block granularity (tinyllama-1.1b: 421 ops, 46 blocks, 12 ops in a block; bert-large /
+    gpt2-medium: 50 blocks) and every preset (host3: 3 devices).
+    Actions: `num_actions = max(num_batches, d_max)`; at the batch step action k picks
+    `batches[k]`, at block steps action d picks device d.
+    """
+
+    n_max: int = 424
+    m_max: int = 50
+    d_max: int = 3
+    num_batches: int = 6
+    p_max: int = 2
+    l_max: int = 12
+
+    def __post_init__(self):
+        for f in ("n_max", "m_max", "d_max", "num_batches", "p_max", "l_max"):
+            v = getattr(self, f)
+            if not isinstance(v, int | np.integer) or v < 1:
+                raise PlanError(f"PlacementEnv.{f} = {v!r}: must be an integer >= 1")
+
+    # -- sizes and spaces ----------------------------------------------------------------------
+
+    @classmethod
+    def sized_for(
+        cls, graphs: Sequence[LayerGraph], platforms: Sequence[Platform] = (), **kwargs
+    ) -> PlacementEnv:
+        """The smallest environment that fits these graphs and platforms (host side)."""
+        graphs, platforms = list(graphs), list(platforms)
+        if not graphs:
+            raise GraphError("PlacementEnv.sized_for: give at least one graph")
+        sizes = dict(
+            n_max=max(g.n_max for g in graphs),
+            m_max=max(g.m_max for g in graphs),
+            p_max=max(g.p_max for g in graphs),
+            l_max=max(_max_block_len(g) for g in graphs),
+        )
+        if platforms:
+            sizes["d_max"] = max(p.d_max for p in platforms)
+        sizes.update(kwargs)
+        return cls(**sizes)
+
+    @property
+    def num_actions(self) -> int:
+        """Size of the discrete action space: max(num_batches, d_max)."""
+        return max(self.num_batches, self.d_max)
+
+    @property
+    def feature_layout(self) -> dict[str, slice]:
+        """Name -> slice of each group of `Observation.features`."""
+        return _layout(feature_sizes(self.num_batches, self.d_max))
+
+    @property
+    def block_feature_layout(self) -> dict[str, slice]:
+        """Name -> slice of each group of a row of `Observation.blocks`."""
+        return _layout(block_feature_sizes(self.d_max))
+
+    @property
+    def num_features(self) -> int:
+        """F, the length of `Observation.features`."""
+        return sum(n for _, n in feature_sizes(self.num_batches, self.d_max))
+
+    @property
+    def num_block_features(self) -> int:
+        """Fb, the width of `Observation.blocks`."""
+        return sum(n for _, n in block_feature_sizes(self.d_max))
+
+    def action_space(self, params: EnvParams | None = None) -> Discrete:
+        """Discrete(num_actions); `Observation.action_mask` says which are legal."""
+        del params
+        return Discrete(self.num_actions)
+
+    def observation_space(self, params: EnvParams | None = None) -> Dict:
+        """Spaces of the `Observation` fields (every float feature finite)."""
+        del params
+        inf = float("inf")
+        return Dict(
+            {
+                "features": Box(-inf, inf, (self.num_features,), jnp.float32),
+                "blocks": Box(-inf, inf, (self.m_max, self.num_block_features), jnp.float32),
+                "block_mask": Box(0, 1, (self.m_max,), jnp.bool_),
+                "current": Discrete(self.m_max),
+                "action_mask": Box(0, 1, (self.num_actions,), jnp.bool_),
+            }
+        )
+
+    @functools.cached_property
+    def default_params(self) -> EnvParams:
+        """bert-base (seq_len 128, block granularity) on the `edge` preset, default objective."""
+        from hetjax.graphs import transformer
+        from hetjax.hardware import preset
+
+        return self.make_params(transformer("bert-base"), preset("edge"))
+
+    # -- params (host checks + pure build) -----------------------------------------------------
+
+    def pad_graph(self, graph: LayerGraph) -> LayerGraph:
+        """Validate a concrete graph (or a stack of graphs) and pad it to this env's sizes."""
+        graphs_core.validate(graph)
+        if graph.n_max > self.n_max or graph.m_max > self.m_max or graph.p_max > self.p_max:
+            raise GraphError(
+                f"graph of size (ops={graph.n_max}, blocks={graph.m_max}, preds={graph.p_max}) "
+                f"does not fit PlacementEnv(n_max={self.n_max}, m_max={self.m_max}, "
+                f"p_max={self.p_max}); build a larger env (PlacementEnv.sized_for(graphs))"
+            )
+        mask = np.asarray(graph.block_mask)
+        if not mask.any(axis=-1).all():
+            raise GraphError("graph has no real block: nothing to place")
+        longest = _max_block_len(graph)
+        if longest > self.l_max:
+            raise GraphError(
+                f"graph has a block of {longest} ops > PlacementEnv.l_max={self.l_max}; "
+                f"use PlacementEnv(l_max={longest}) or larger"
+            )
+        if (graph.n_max, graph.m_max, graph.p_max) != (self.n_max, self.m_max, self.p_max):
+            graph = graphs_core.pad(graph, self.n_max, self.m_max, self.p_max)
+        return graph
+
+    def pad_platform(self, platform: Platform) -> Platform:
+        """Validate a concrete platform (or a stack of them) and pad it to `d_max` devices."""
+        hardware_core.validate(platform)
+        if platform.d_max > self.d_max:
+            raise PlatformError(
+                f"platform with {platform.d_max} devices does not fit PlacementEnv(d_max="
+                f"{self.d_max}); use PlacementEnv(d_max={platform.d_max})"
+            )
+        if platform.d_max != self.d_max:
+            platform = hardware_core.pad(platform, self.d_max)
+        return platform
+
+    def make_params(
+        self,
+        graph: LayerGraph,
+        platform: Platform,
+        weights=DEFAULT_WEIGHTS,
+        batches=DEFAULT_BATCHES,
+        *,
+        penalty: float = DEFAULT_PENALTY,
+        shaping: float = 0.0,
+        discount: float = 1.0,
+        b_ref: float = 1.0,
+    ) -> EnvParams:
+        """`EnvParams` for one graph on one platform.
+
+        Concrete inputs are validated and padded on the host (hj.graphs / hj.hardware
+        `validate`, `pad`); the SPEC reference plan must fit device 0's memory at `b_ref`
+        (else `PlanError`). The rest is pure JAX: under `jax.vmap` (e.g. over a batch of
+        platforms, `in_axes=(None, 0)`) traced inputs must already have this env's sizes
+        (`pad_graph` / `pad_platform` the batch first) and are not validated.
+        `weights` = (alpha, beta, gamma); `batches`: up to `num_batches` choices (>= 1);
+        `penalty`: terminal reward of a masked action or an infeasible plan; `shaping`,
+        `discount`: the optional potential-based shaping (docs/environment.md).
+        """
+        if _is_traced(graph):
+            _check_shapes("graph", graph, (self.n_max, self.m_max, self.p_max), _graph_dims)
+        else:
+            graph = self.pad_graph(graph)
+            if graph.batch_shape:
+                raise GraphError(
+                    "make_params takes one graph; for a stack, vmap it: "
+                    "jax.vmap(env.make_params, in_axes=(0, None))(env.pad_graph(graphs), platform)"
+                )
+        if _is_traced(platform):
+            _check_shapes("platform", platform, (self.d_max,), _platform_dims)
+        else:
+            platform = self.pad_platform(platform)
+            if platform.batch_shape:
+                raise PlatformError(
+                    "make_params takes one platform; for a batch, vmap it: "
+                    "jax.vmap(env.make_params, in_axes=(None, 0))(graph, env.pad_platform(ps))"
+                )
+        batches, batch_real = self._batch_choices(batches)
+        weights = _check_weights(weights)
+        scalars = {"penalty": penalty, "shaping": shaping, "discount": discount, "b_ref": b_ref}
+        for name, v in scalars.items():
+            if not _is_traced(v):
+                v = float(np.asarray(v))
+                bad = not math.isfinite(v) or (name == "b_ref" and v < 1)
+                bad |= name == "discount" and not 0.0 <= v <= 1.0
+                if bad:
+                    raise PlanError(f"make_params: {name} = {v!r} is out of range")
+        if not _is_traced((graph, platform, b_ref)):
+            _check_reference_fits(graph, platform, float(np.asarray(b_ref)))
+        return self._build_params(
+            graph, platform, weights, batches, batch_real,
+            *(jnp.asarray(v, jnp.float32) for v in scalars.values()),
+        )  # fmt: skip
+
+    def _batch_choices(self, batches):
+        """Batch choices f32[K] (padded with 1) and their mask bool[K]."""
+        if _is_traced(batches):
+            b = jnp.asarray(batches, jnp.float32)
+            if b.ndim != 1 or b.shape[0] > self.num_batches:
+                raise PlanError(f"batches: expected at most {self.num_batches} choices")
+            pad = self.num_batches - b.shape[0]
+            real = jnp.arange(self.num_batches) < b.shape[0]
+            return jnp.concatenate([b, jnp.ones((pad,), b.dtype)]), real
+        b = np.atleast_1d(np.asarray(batches, np.float64))
+        if b.ndim != 1 or not 1 <= b.shape[0] <= self.num_batches:
+            raise PlanError(
+                f"batches = {list(b)}: give 1 to {self.num_batches} choices "
+                f"(PlacementEnv(num_batches=...))"
+            )
+        if not np.all(np.isfinite(b)) or np.any(b < 1):
+            raise PlanError(f"batches = {list(b)}: every batch must be finite and >= 1")
+        real = np.arange(self.num_batches) < b.shape[0]
+        b = np.concatenate([b, np.ones(self.num_batches - b.shape[0])])
+        return jnp.asarray(b, jnp.float32), jnp.asarray(real)
+
+    @functools.partial(jax.jit, static_argnums=0)
+    def _build_params(
+        self, graph, platform, weights, batches, batch_real, penalty, shaping, discount, b_ref
+    ) -> EnvParams:
+        """The pure part of `make_params` (inputs already padded)."""
+        g, p = graph, platform
+        k, d, m, n = self.num_batches, self.d_max, self.m_max, self.n_max
+        real_op = g.op_mask
+        dmask = p.device_mask
+        # every op on every device at every batch choice: C = K * D "plans"
+        placement = jnp.broadcast_to(jnp.tile(jnp.arange(d, dtype=jnp.int32), k), (n, k * d))
+        _, dur, unplaceable = _device_terms(g, p, placement, jnp.repeat(batches, d))
+        bt = jax.ops.segment_sum(dur, g.block, num_segments=m)  # [M, K*D]
+        block_time = bt.reshape(m, k, d).transpose(1, 0, 2)  # [K, M, D]
+        block_time = jnp.where(g.block_mask[None, :, None], block_time, 0.0)
+        bad = jax.ops.segment_max(unplaceable[:, :d].astype(jnp.int32), g.block, m)
+        legal = (bad <= 0) & dmask[None, :] & g.block_mask[:, None]  # [M, D]
+
+        block_params = jax.ops.segment_sum(jnp.where(real_op, g.param_bytes, 0.0), g.block, m)
+        block_act = jax.ops.segment_max(jnp.where(real_op, g.act_bytes, 0.0), g.block, m)
+        block_act = jnp.where(g.block_mask, jnp.maximum(block_act, 0.0), 0.0)
+        idx = jnp.arange(n, dtype=jnp.int32)
+        block_start = jax.ops.segment_min(jnp.where(real_op, idx, n), g.block, m)
+        block_start = jnp.minimum(block_start, n).astype(jnp.int32)
+        block_len = jax.ops.segment_sum(real_op.astype(jnp.int32), g.block, m)
+        num_blocks = jnp.sum(g.block_mask.astype(jnp.int32))
+
+        # bytes each block receives from producers in other blocks (each producer once)
+        pred = jnp.maximum(g.preds, 0)
+        ext = (
+            (g.preds >= 0) & real_op[pred] & real_op[:, None] & (g.block[pred] != g.block[:, None])
+        )
+        feeds = jnp.zeros((n, m), jnp.int32).at[
+            pred, jnp.broadcast_to(g.block[:, None], pred.shape)
+        ]
+        feeds = feeds.max(ext.astype(jnp.int32))  # [N, M]: op p feeds block j from outside
+        block_in = jnp.sum(jnp.where(feeds > 0, g.out_bytes[:, None], 0.0), axis=0)
+
+        # per block, its ops as contiguous rows (one gather per step instead of one per op)
+        lane = jnp.arange(self.l_max)
+        ops = jnp.minimum(block_start[:, None] + lane[None, :], n - 1)  # [M, L]
+        lane_real = (lane[None, :] < block_len[:, None]) & real_op[ops]
+        lane_f = jnp.stack([g.flops[ops], g.act_bytes[ops], g.param_bytes[ops]], axis=-1)
+        lane_f = jnp.where(lane_real[..., None], lane_f, 0.0)
+        lane_i = jnp.stack([g.op_class[ops], lane_real.astype(jnp.int32)], axis=-1)
+        s_max = self.l_max * self.p_max
+        sp = g.preds[ops]  # [M, L, P]
+        spi = jnp.maximum(sp, 0)
+        s_ext = (sp >= 0) & real_op[spi] & lane_real[..., None]
+        s_ext &= g.block[spi] != jnp.arange(m)[:, None, None]
+        slot_i = jnp.stack([spi, g.block[spi], s_ext.astype(jnp.int32)], axis=-1)
+        slot_i = slot_i.reshape(m, s_max, 3).astype(jnp.int32)
+        slot_out = g.out_bytes[spi].reshape(m, s_max)
+
+        # the all-on-device-0 plan must fit device 0 at a batch choice for it to be allowed
+        total_params = jnp.sum(jnp.where(real_op, g.param_bytes, 0.0))
+        max_act = jnp.max(jnp.where(real_op, g.act_bytes, 0.0))
+        batch_mask = batch_real & (total_params + batches * max_act <= p.mem_capacity[0])
+
+        t0 = block_time[:, :, 0]  # [K, M]
+        suffix0 = jnp.concatenate(
+            [jnp.cumsum(t0[:, ::-1], axis=1)[:, ::-1], jnp.zeros((k, 1), t0.dtype)], axis=1
+        )
+        total0 = suffix0[:, 0]  # [K] all-on-device-0 latency of the chain
+        pair = dmask[:, None] & dmask[None, :] & ~jnp.eye(d, dtype=bool)
+        n_pairs = jnp.sum(pair)
+        mean_bw = jnp.where(
+            n_pairs > 0, jnp.sum(jnp.where(pair, p.link_bw, 0.0)) / jnp.maximum(n_pairs, 1), 1.0
+        )
+        reference = evaluate(g, p, reference_plan(g, b_ref))
+
+        # --- static observation parts
+        kind = jax.nn.one_hot(g.block_kind, NUM_KINDS) * g.block_mask[:, None]  # [M, 4]
+        ratio = jnp.log2(_safe(block_time) / _safe(block_time[:, :, :1]))  # [K, M, D]
+        ratio = jnp.where(legal[None], ratio, 0.0)
+        share = jnp.where(legal[None], block_time / _safe(total0)[:, None, None], 0.0)
+        w_share = block_params / _safe(total_params)
+        dep = jnp.log1p(batches[:, None] * block_in[None] / mean_bw / _safe(t0))  # [K, M]
+        dep = jnp.where(g.block_mask[None], dep, 0.0)
+        block_static = jnp.concatenate(
+            [
+                jnp.broadcast_to(kind, (k, m, NUM_KINDS)),
+                ratio,
+                share,
+                jnp.broadcast_to(legal, (k, m, d)).astype(jnp.float32),
+                jnp.broadcast_to(w_share[None, :, None], (k, m, 1)),
+                dep[..., None],
+            ],
+            axis=-1,
+        )
+        runs_all = jnp.all(legal | ~g.block_mask[:, None], axis=0) & dmask  # [D]
+        all_on = jnp.sum(block_time, axis=1)  # [K, D] latency of all-on-d (chain)
+        table = jnp.log2(_safe(all_on) / _safe(reference.latency))
+        table = jnp.where(batch_mask[:, None] & runs_all[None], table, 0.0)
+        static_features = jnp.concatenate(
+            [
+                jnp.where(batch_real, jnp.log2(batches) / 5.0, 0.0),
+                batch_mask.astype(jnp.float32),
+                weights,
+                runs_all.astype(jnp.float32),
+                table.reshape(-1),
+                _device_descriptors(p).reshape(-1),
+                _link_descriptors(p).reshape(-1),
+            ]
+        )
+        return EnvParams(
+            graph=g, platform=p, weights=weights, batches=batches, batch_mask=batch_mask,
+            reference=reference, penalty=penalty, shaping=shaping, discount=discount,
+            num_blocks=num_blocks, block_start=block_start, block_len=block_len,
+            block_time=block_time, block_params=block_params, block_act=block_act,
+            block_in=block_in, legal=legal, lane_f=lane_f, lane_i=lane_i, slot_i=slot_i,
+            slot_out=slot_out, suffix0=suffix0, mean_bw=mean_bw,
+            block_static=block_static.astype(jnp.float32),
+            static_features=static_features.astype(jnp.float32),
+        )  # fmt: skip
+
+    # -- episode --------------------------------------------------------------------------------
+
+    def reset_env(self, key: jax.Array, params: EnvParams) -> EnvState:
+        """A fresh episode: nothing placed, the batch step next."""
+        del key
+        n, l, d, p = self.n_max, self.l_max, self.d_max, self.p_max
+        state = self._fresh(params)
+        return state.replace(
+            finish=jnp.zeros((n + l,), jnp.float32),
+            arrival=jnp.full((n + l, d), -1.0, jnp.float32),
+            trig=jnp.zeros((n + l, p), bool),
+        )
+
+    def auto_reset(self, key: jax.Array, state: EnvState, params: EnvParams) -> EnvState:
+        """A fresh episode that keeps the scratch schedule buffers (they need no clearing)."""
+        del key
+        return self._fresh(params).replace(
+            finish=state.finish, arrival=state.arrival, trig=state.trig
+        )
+
+    def _fresh(self, params: EnvParams) -> EnvState:
+        d, m = self.d_max, self.m_max
+        zd, zdd = jnp.zeros((d,), jnp.float32), jnp.zeros((d, d), jnp.float32)
+        z = jnp.zeros((), jnp.float32)
+        return EnvState(
+            time=jnp.zeros((), jnp.int32),
+            batch_index=jnp.argmax(params.batch_mask).astype(jnp.int32),
+            placement=jnp.zeros((m,), jnp.int32),
+            prev_device=jnp.full((), -1, jnp.int32),
+            elapsed=z, busy=zd, link_busy=zdd, moved=zdd, mem_params=zd, mem_act=zd,
+            dev_free=zd, link_free=zdd, finish=None, arrival=None, trig=None,
+            potential=z, episode_return=z,
+        )  # fmt: skip
+
+    def action_mask(self, state: EnvState, params: EnvParams) -> jax.Array:
+        """bool[A]: legal actions. Batch step: allowed batch choices. Block step: real devices
+        that run every op class of the block and whose memory (weights placed + the block's
+        weights + batch * largest activation) stays within capacity."""
+        a, k, d = self.num_actions, self.num_batches, self.d_max
+        j = jnp.clip(state.time - 1, 0, self.m_max - 1)
+        b = params.batches[state.batch_index]
+        need = (
+            state.mem_params
+            + params.block_params[j]
+            + b * jnp.maximum(state.mem_act, params.block_act[j])
+        )
+        dev_ok = params.legal[j] & (need <= params.platform.mem_capacity)
+        by_batch = jnp.concatenate([params.batch_mask, jnp.zeros((a - k,), bool)])
+        by_device = jnp.concatenate([dev_ok, jnp.zeros((a - d,), bool)])
+        return jnp.where(state.time == 0, by_batch, by_device)
+
+    def step_env(self, key: jax.Array, state: EnvState, action, params: EnvParams):
+        """Apply one decision; see the class and docs/environment.md for rewards and info."""
+        del key
+        k, d, m, a_n = self.num_batches, self.d_max, self.m_max, self.num_actions
+        action = jnp.asarray(action, jnp.int32)
+        batch_step = state.time == 0
+        j = jnp.clip(state.time - 1, 0, m - 1)
+        mask = self.action_mask(state, params)
+        valid = (action >= 0) & (action < a_n) & mask[jnp.clip(action, 0, a_n - 1)]
+
+        k_new = jnp.where(batch_step, jnp.clip(action, 0, k - 1), state.batch_index)
+        b = params.batches[k_new]
+        dev = jnp.clip(action, 0, d - 1)
+        sim = self._place_block(state, params, j, dev, b)
+        placed = state.replace(
+            time=state.time + 1,
+            placement=jnp.where(jnp.arange(m) == j, dev, state.placement),
+            prev_device=dev,
+            mem_params=state.mem_params
+            + jnp.where(jnp.arange(d) == dev, params.block_params[j], 0.0),
+            mem_act=jnp.where(
+                jnp.arange(d) == dev, jnp.maximum(state.mem_act, params.block_act[j]), state.mem_act
+            ),
+            **sim,
+        )
+        chosen = state.replace(time=jnp.ones((), jnp.int32), batch_index=k_new)
+        # the schedule buffers always come from the block simulation (at the batch step it wrote
+        # only rows of block 0, which are rewritten when block 0 is placed)
+        buffers = ("finish", "arrival", "trig")
+        new = jax.tree.map(
+            lambda c, p: jnp.where(batch_step, c, p),
+            chosen.replace(**{f: None for f in buffers}),
+            placed.replace(**{f: None for f in buffers}),
+        ).replace(**{f: getattr(placed, f) for f in buffers})
+
+        complete = ~batch_step & valid & (j == params.num_blocks - 1)
+        terminated = complete | ~valid
+        metrics = _terminal_metrics(
+            complete, params.graph, params.platform, new.placement, b,
+            new.finish[: self.n_max], new.trig[: self.n_max],
+        )  # fmt: skip
+        plan_score = score(metrics, params.reference, params.weights)
+        ok = complete & metrics.feasible
+        final = jnp.where(ok, plan_score, params.penalty)
+        phi = jnp.where(terminated, 0.0, params.shaping * self._estimate(new, params)[3])
+        reward = jnp.where(terminated, final, 0.0) + params.discount * phi - state.potential
+        new = new.replace(potential=phi, episode_return=state.episode_return + reward)
+        info = {
+            "terminal": terminated,
+            "complete": complete,
+            "invalid_action": ~valid,
+            "metrics": metrics,
+            "score": jnp.where(complete, plan_score, 0.0),
+            "batch": b,
+            "block_placement": new.placement,
+            "episode_return": new.episode_return,
+            "episode_length": new.time,
+            "discount": 1.0 - terminated.astype(jnp.float32),
+        }
+        return new, reward, terminated, jnp.zeros((), bool), info
+
+    def _place_block(self, state: EnvState, params: EnvParams, j, a, b) -> dict:
+        """Simulate the ops of block j on device a at batch b: the SPEC list schedule with the
+        same floating-point operations as `hetjax.cost`, so finish times are bit-identical.
+
+        Every op of the block runs on a, in index order, so a producer inside the block has
+        finished by the time the device is free for its consumer: only producers in earlier
+        blocks (already simulated) can delay an op. Which slots trigger a transfer does not
+        depend on times (first use of a producer on a), so the only sequential parts are the
+        link-free times over the triggered slots and the device-free time over the ops, both
+        written as unrolled chains of elementwise operations (one fused kernel under vmap).
+        """
+        p = params.platform
+        n, l_max, p_max, d = self.n_max, self.l_max, self.p_max, self.d_max
+        s_max = l_max * p_max
+        devs = jnp.arange(d)
+        start = params.block_start[j]
+        lane_f, lane_i = params.lane_f[j], params.lane_i[j]  # one contiguous row each
+        slot_i, slot_out = params.slot_i[j], params.slot_out[j]
+        real = lane_i[:, 1] > 0
+        mini = params.graph.replace(
+            op_class=lane_i[:, 0], flops=lane_f[:, 0], act_bytes=lane_f[:, 1],
+            param_bytes=lane_f[:, 2], op_mask=real,
+        )  # fmt: skip
+        _, dur, _ = _device_terms(mini, p, jnp.full((l_max, 1), a, jnp.int32), b[None])
+        dur = dur[:, 0]
+
+        # predecessor slots, flattened in (op, slot) order: s = i * P + k
+        pidx, pblock, ext = slot_i[:, 0], slot_i[:, 1], slot_i[:, 2] > 0  # ext: earlier block
+        src = jnp.where(ext, state.placement[pblock], a)  # device each producer ran on
+        cross = ext & (src != a)
+        f_ext = state.finish[pidx]
+        known = state.arrival[pidx, a]  # arrival on a from an earlier step (-1: not sent)
+        sent = b * slot_out
+        x = _pick(p.link_latency[:, a], src) + sent / _pick(p.link_bw[:, a], src)
+        # first use of each producer on a in this step (evaluate: consumer, then slot order)
+        earlier = jnp.arange(s_max)[None, :] < jnp.arange(s_max)[:, None]
+        same = (pidx[:, None] == pidx[None, :]) & cross[None, :] & earlier  # [S, S']
+        dup = jnp.any(same, axis=1)
+        first = jnp.argmax(same, axis=1)  # the earliest such slot
+        trig = cross & ~dup & (known < 0)
+
+        # link-free times into a, over the slots in order (only triggered slots occupy a link)
+        def send(lf, xs):
+            f, xx, e, t = xs
+            hot = devs == e
+            at = jnp.maximum(f, jnp.sum(jnp.where(hot, lf, 0.0))) + xx
+            return jnp.where(hot & t, at, lf), at
+
+        lf, sent_at = jax.lax.scan(send, state.link_free[:, a], (f_ext, x, src, trig))
+        reused = sent_at[first]
+        arr = jnp.where(
+            trig, sent_at, jnp.where(cross, jnp.where(known >= 0, known, reused), f_ext)
+        )
+        ready = jnp.max(jnp.where(ext, arr, 0.0).reshape(l_max, p_max), axis=1)  # [L]
+
+        # device-free time over the ops of the block
+        def run(free, xs):
+            r, du, rl = xs
+            fin = jnp.maximum(free, r) + du
+            return jnp.where(rl, fin, free), fin
+
+        free, fin = jax.lax.scan(run, state.dev_free[a], (ready, dur, real))
+
+        trig = trig.reshape(l_max, p_max)
+        finish = jax.lax.dynamic_update_slice(state.finish, fin, (start,))
+        trig_buf = jax.lax.dynamic_update_slice(state.trig, trig, (start, 0))
+        arrival = jax.lax.dynamic_update_slice(
+            state.arrival, jnp.full((l_max, d), -1.0, jnp.float32), (start, 0)
+        )
+        rows = jnp.where(trig.reshape(-1), pidx, n + l_max)  # not triggered: dropped
+        arrival = arrival.at[rows, a].set(sent_at, mode="drop")
+
+        on_a = devs == a
+        src_hot = (devs[None, :] == src[:, None]) & trig.reshape(-1)[:, None]  # [S, D]
+        t_in = jnp.sum(jnp.where(src_hot, x[:, None], 0.0), axis=0)
+        b_in = jnp.sum(jnp.where(src_hot, sent[:, None], 0.0), axis=0)
+        return dict(
+            finish=finish,
+            arrival=arrival,
+            trig=trig_buf,
+            dev_free=jnp.where(on_a, free, state.dev_free),
+            link_free=jnp.where(on_a[None, :], lf[:, None], state.link_free),
+            busy=state.busy + jnp.where(on_a, jnp.sum(jnp.where(real, dur, 0.0)), 0.0),
+            link_busy=state.link_busy + jnp.where(on_a[None, :], t_in[:, None], 0.0),
+            moved=state.moved + jnp.where(on_a[None, :], b_in[:, None], 0.0),
+            elapsed=jnp.maximum(state.elapsed, jnp.max(jnp.where(real, fin, 0.0))),
+        )
+
+    def _estimate(self, state: EnvState, params: EnvParams):
+        """Chain estimate (T s, X samples/s, E J, score) of the plan that keeps the placed blocks
+        and puts every remaining block on device 0. Finite; used by the observation and the
+        shaping potential."""
+        p, ref = params.platform, params.reference
+        d = self.d_max
+        devs = jnp.arange(d)
+        b = params.batches[state.batch_index]
+        nxt = jnp.clip(state.time - 1, 0, self.m_max)  # first block not placed yet
+        rest = params.suffix0[state.batch_index, nxt]
+        prev = jnp.maximum(state.prev_device, 0)
+        back = (state.prev_device > 0) & (rest > 0)
+        in_b = b * params.block_in[jnp.minimum(nxt, self.m_max - 1)]
+        x = jnp.where(back, p.link_latency[prev, 0] + in_b / p.link_bw[prev, 0], 0.0)
+        t = state.elapsed + x + rest
+        busy = state.busy + jnp.where(devs == 0, rest, 0.0)
+        link_hot = (devs[:, None] == prev) & (devs[None, :] == 0)
+        link = state.link_busy + jnp.where(link_hot, x, 0.0)
+        moved = state.moved + jnp.where(link_hot & back, in_b, 0.0)
+        bottleneck = jnp.maximum(jnp.max(busy), jnp.max(link))
+        thr = b / _safe(bottleneck)
+        dmask = p.device_mask
+        pair = dmask[:, None] & dmask[None, :] & ~jnp.eye(d, dtype=bool)
+        energy = jnp.sum(jnp.where(dmask, p.p_busy * busy + p.p_idle * (t - busy), 0.0))
+        energy = energy + jnp.sum(jnp.where(pair, p.link_energy * moved, 0.0))
+        alpha, beta, gamma = params.weights[0], params.weights[1], params.weights[2]
+        est = (
+            alpha * ref.latency / _safe(t)
+            + beta * thr / _safe(ref.throughput)
+            - gamma * energy / _safe(ref.energy)
+        )
+        return t, thr, energy, est
+
+    def get_obs(self, state: EnvState, params: EnvParams) -> Observation:
+        """The observation of a state (layout: `feature_layout`, `block_feature_layout`)."""
+        p = params.platform
+        k, d, m = self.num_batches, self.d_max, self.m_max
+        devs = jnp.arange(d)
+        batch_step = state.time == 0
+        on = (~batch_step).astype(jnp.float32)  # zero the block features at the batch step
+        j = jnp.clip(state.time - 1, 0, m - 1)
+        kb = state.batch_index
+        b = params.batches[kb]
+        dmask = p.device_mask
+        t = params.block_time[kb, j]  # [D] s of the current block on each device
+        t0 = _safe(t[0])
+        legal = params.legal[j]
+        total0 = _safe(params.suffix0[kb, 0])
+        n_blocks = jnp.maximum(params.num_blocks, 1)
+        prev = jnp.maximum(state.prev_device, 0)
+        has_prev = state.prev_device >= 0
+        in_b = b * params.block_in[j]
+        x_in = p.link_latency[prev] + in_b / p.link_bw[prev]  # [D] transfer into each device
+        x_in = jnp.where(has_prev & (devs != prev) & dmask, x_in, 0.0)
+        mem = (state.mem_params + b * state.mem_act) / p.mem_capacity
+        after = (
+            state.mem_params
+            + params.block_params[j]
+            + b * jnp.maximum(state.mem_act, params.block_act[j])
+        ) / p.mem_capacity
+        prefix0 = total0 - params.suffix0[kb, j]
+        speedup = jnp.where(
+            (state.elapsed > 0) & (prefix0 > 0),
+            jnp.log2(_safe(prefix0) / _safe(state.elapsed)),
+            0.0,
+        )
+        t_est, x_est, e_est, s_est = self._estimate(state, params)
+        ref = params.reference
+        estimate = jnp.stack(
+            [
+                jnp.log2(_safe(ref.latency) / _safe(t_est)),
+                jnp.log2(_safe(x_est) / _safe(ref.throughput)),
+                jnp.log2(_safe(e_est) / _safe(ref.energy)),
+                s_est,
+            ]
+        )
+        f = jnp.float32
+        dynamic = [
+            batch_step.astype(f)[None],
+            (jnp.clip(state.time - 1, 0, None) / n_blocks)[None].astype(f),
+            (params.num_blocks / m)[None].astype(f),
+            jax.nn.one_hot(params.graph.block_kind[j], NUM_KINDS) * on,
+            jax.nn.one_hot(kb, k) * on,
+            (jnp.log1p(in_b / params.mean_bw / t0) * on)[None],
+            jax.nn.one_hot(state.prev_device, d),  # all zero for -1
+            dmask.astype(f),
+            legal.astype(f) * on,
+            jnp.where(legal, jnp.log2(_safe(t) / t0), 0.0) * on,
+            jnp.where(legal, t / total0, 0.0) * on,
+            jnp.where(legal, jnp.log1p(x_in / _safe(t)), 0.0) * on,
+            jnp.where(state.elapsed > 0, state.busy / _safe(state.elapsed), 0.0),
+            jnp.where(dmask, mem, 0.0),
+            jnp.where(dmask, jnp.minimum(after, 4.0), 0.0) * on,
+            speedup[None] * on,
+            estimate * on,
+        ]
+        features = jnp.concatenate([x.astype(f) for x in dynamic] + [params.static_features])
+        placed = (jnp.arange(m) < state.time - 1) & params.graph.block_mask
+        current = (jnp.arange(m) == j) & ~batch_step & params.graph.block_mask
+        blocks = jnp.concatenate(
+            [
+                params.block_static[kb],
+                jax.nn.one_hot(state.placement, d) * placed[:, None],
+                placed[:, None].astype(f),
+                current[:, None].astype(f),
+                params.graph.block_mask[:, None].astype(f),
+            ],
+            axis=-1,
+        )
+        return Observation(
+            features=features,
+            blocks=blocks,
+            block_mask=params.graph.block_mask,
+            current=jnp.where(batch_step, 0, j).astype(jnp.int32),
+            action_mask=self.action_mask(state, params),
+        )
+
+
+# --- host-side helpers ---------------------------------------------------------------------------
+
+
+def _max_block_len(graph: LayerGraph) -> int:
+    """Most real ops in one block (host side; stacked graphs: over all members)."""
+    block = np.asarray(graph.block).reshape(-1, graph.n_max)
+    mask = np.asarray(graph.op_mask).reshape(-1, graph.n_max)
+    return max(
+        int(np.bincount(b[mk], minlength=1).max()) if mk.any() else 0
+        for b, mk in zip(block, mask, strict=True)
+    )
+
+
+def _graph_dims(g: LayerGraph) -> tuple[int, ...]:
+    return (g.n_max, g.m_max, g.p_max)
+
+
+def _platform_dims(p: Platform) -> tuple[int, ...]:
+    return (p.d_max,)
+
+
+def _check_shapes(name, tree, want, dims) -> None:
+    if dims(tree) != want:
+        raise (GraphError if name == "graph" else PlatformError)(
+            f"make_params: a traced {name} must already be padded to the env's sizes {want}, "
+            f"got {dims(tree)}; pad the batch first with env.pad_{name}(...)"
+        )
+
+
+def _check_weights(weights) -> jax.Array:
+    w = jnp.asarray(weights, jnp.float32)
+    if w.shape != (3,):
+        raise PlanError(f"weights: expected (alpha, beta, gamma), got shape {w.shape}")
+    if not _is_traced(weights) and not np.all(np.isfinite(np.asarray(weights, np.float32))):
+        raise PlanError(f"weights = {np.asarray(weights).tolist()}: must be finite")
+    return w
+
+
+def _check_reference_fits(graph: LayerGraph, platform: Platform, b_ref: float) -> None:
+    """SPEC: where a graph meets a platform, the reference plan must fit device 0's memory."""
+    real = np.asarray(graph.op_mask)
+    need = np.asarray(graph.param_bytes, np.float64)[real].sum() + b_ref * np.asarray(
+        graph.act_bytes, np.float64
+    )[real].max(initial=0.0)
+    cap = float(np.asarray(platform.mem_capacity)[0])
+    if need > cap:
+        raise PlanError(
+            f"the reference plan (every op on device 0 at batch {b_ref:g}) needs {need:.4g} "
+            f"bytes but device 0 has {cap:.4g}: this graph does not fit this platform"
+        )
+
+
+def _device_descriptors(p: Platform) -> jax.Array:
+    """f32[D, 12]: log-scaled device numbers (peaks per class in TFLOP/s, memory bandwidth in
+    100 GB/s, launch in 10 us, capacity in 10 GB, powers in 10 W, b_half), 0 on padding."""
+    vec = jnp.stack(
+        [
+            jnp.log1p(p.mem_bw / 1e11),
+            jnp.log1p(p.launch / 1e-5),
+            jnp.log1p(p.mem_capacity / 1e10),
+            jnp.log1p(p.p_busy / 10.0),
+            jnp.log1p(p.p_idle / 10.0),
+            jnp.log1p(p.b_half),
+        ],
+        axis=-1,
+    )
+    out = jnp.concatenate([jnp.log1p(p.peak / 1e12), vec], axis=-1)
+    return jnp.where(p.device_mask[:, None], out, 0.0)
+
+
+def _link_descriptors(p: Platform) -> jax.Array:
+    """f32[D, D, 3]: log-scaled link bandwidth (10 GB/s), latency (10 us), energy (10 pJ/B);
+    0 on the diagonal and padding."""
+    d = p.d_max
+    out = jnp.stack(
+        [
+            jnp.log1p(p.link_bw / 1e10),
+            jnp.log1p(p.link_latency / 1e-5),
+            jnp.log1p(p.link_energy / 1e-11),
+        ],
+        axis=-1,
+    )
+    pair = p.device_mask[:, None] & p.device_mask[None, :] & ~jnp.eye(d, dtype=bool)
+    return jnp.where(pair[..., None], out, 0.0)
