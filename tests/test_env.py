@@ -1,0 +1,255 @@
+"""hj.env: the placement environment.
+
+Compiling dominates the run time, so every test shares one small environment (bert-tiny /
+bert-mini at block granularity, edge and host3 padded to 3 devices): one compiled rollout per
+batching, one compiled `step` (the one guarded by `chex.assert_max_traces`), one `reset`.
+"""
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import hetjax as hj
+from hetjax.env import PlacementEnv, check_env
+from hetjax.env.testing import rollout
+
+ENV = PlacementEnv(n_max=72, m_max=10, d_max=3)  # fits bert-tiny/bert-mini, every preset
+STEPS = 24  # rollout length shared by every test (one compile per batching)
+KEY = jax.random.key(0)
+LAYOUT = ENV.feature_layout
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return hj.graphs.transformer("bert-tiny", seq_len=64)
+
+
+@pytest.fixture(scope="module")
+def edge():
+    return hj.hardware.preset("edge")
+
+
+@pytest.fixture(scope="module")
+def params(tiny, edge):
+    return ENV.make_params(tiny, edge)
+
+
+@pytest.fixture(scope="module")
+def mixed():
+    """Four envs: bert-tiny / bert-mini on sampled edge / host3 platforms (episodes of 7 and 11
+    steps, so that episodes end at different steps under vmap)."""
+    graphs = [hj.graphs.transformer(m, seq_len=64) for m in ("bert-tiny", "bert-mini")] * 2
+    plats = hj.hardware.unstack(hj.hardware.sample(jax.random.key(1), 2, "edge"))
+    plats += hj.hardware.unstack(hj.hardware.sample(jax.random.key(2), 2, "host3"))
+    members = [ENV.make_params(g, p) for g, p in zip(graphs, plats, strict=True)]
+    return jax.tree.map(lambda *xs: jnp.stack(xs), *members), graphs, plats
+
+
+@pytest.fixture(scope="module")
+def step():
+    """The jitted step; fails if it is ever traced twice (new values must not recompile)."""
+    return jax.jit(chex.assert_max_traces(ENV.step, n=1))
+
+
+def _evaluate_each(params, info, done, batched):
+    """(env metrics, hj.evaluate metrics) of every finished plan in a rollout."""
+    evaluate = jax.jit(hj.evaluate)
+    out = []
+    for idx in zip(*np.nonzero(done), strict=True):
+        member = idx[1:]
+        p = jax.tree.map(lambda x, m=member: x[m], params) if batched else params
+        bp, b = info["block_placement"][idx], info["batch"][idx]
+        ref = evaluate(p.graph, p.platform, hj.Plan.from_blocks(p.graph, bp, b))
+        got = jax.tree.map(lambda x, i=idx: x[i], info["metrics"])
+        out.append((got, ref, p, idx))
+    return out
+
+
+def _assert_same_metrics(got, ref):
+    for f in ref.__dataclass_fields__:
+        np.testing.assert_array_equal(np.asarray(getattr(got, f)), np.asarray(getattr(ref, f)), f)
+
+
+def test_smoke_single(params):
+    summary = check_env(ENV, params, KEY, num_steps=STEPS)
+    assert summary["episodes"] == STEPS // 7  # bert-tiny: 6 blocks -> 7 steps an episode
+
+
+def test_smoke_vmapped_mixed_models(mixed):
+    summary = check_env(ENV, mixed[0], KEY, num_steps=STEPS)
+    assert summary["episodes"] == 2 * (STEPS // 7) + 2 * (STEPS // 11)
+
+
+def test_finished_plan_metrics_equal_evaluate(params):
+    traj, _ = rollout(ENV, params, KEY, STEPS, False)
+    traj = jax.tree.map(np.asarray, traj)
+    info = traj["info"]
+    pairs = _evaluate_each(params, info, info["complete"], False)
+    assert pairs
+    for got, ref, p, idx in pairs:
+        _assert_same_metrics(got, ref)
+        expected = hj.score(ref, p.reference, tuple(np.asarray(p.weights).tolist()))
+        assert info["score"][idx] == pytest.approx(float(expected), rel=1e-6)
+        assert traj["reward"][idx] == info["score"][idx]  # no shaping: reward = score
+
+
+def test_finished_plan_metrics_equal_evaluate_under_vmap(mixed):
+    """Under vmap only the envs that finish are reduced (custom batching rule): still exact,
+    and zeros with feasible False elsewhere."""
+    params = mixed[0]
+    traj, _ = rollout(ENV, params, KEY, STEPS, True)
+    traj = jax.tree.map(np.asarray, traj)
+    info = traj["info"]
+    done = info["complete"]
+    assert done.any(axis=0).all() and not done.all(axis=1).any()  # ends at different steps
+    for got, ref, _, _ in _evaluate_each(params, info, done, True):
+        _assert_same_metrics(got, ref)
+    m = info["metrics"]
+    assert not m.feasible[~done].any() and np.all(m.latency[~done] == 0)
+
+
+def test_reference_params_equal_evaluate(params, tiny, edge):
+    g, p = ENV.pad_graph(tiny), ENV.pad_platform(edge)
+    ref = hj.evaluate(g, p, hj.reference_plan(g))
+    _assert_same_metrics(params.reference, ref)
+
+
+def _episode(step, params, actions, key=KEY):
+    """Play `actions` from a reset; returns (rewards, terminated flags, infos, final obs)."""
+    obs, state = ENV.reset(key, params)
+    rewards, terms, infos = [], [], []
+    for a in actions:
+        obs, state, r, term, trunc, info = step(key, state, jnp.int32(a), params)
+        rewards.append(float(r))
+        terms.append(bool(term))
+        infos.append(info)
+        assert not bool(trunc)
+    return rewards, terms, infos, obs
+
+
+def test_all_on_host_at_batch_1_scores_the_reference(step, params):
+    n = int(params.num_blocks)
+    rewards, terms, infos, obs = _episode(step, params, [0] * (1 + n))
+    assert terms == [False] * n + [True]
+    assert rewards[:-1] == [0.0] * n
+    assert rewards[-1] == pytest.approx(0.6 + 0.3 - 0.1, abs=1e-6)  # SPEC: reference = 0.8
+    _assert_same_metrics(infos[-1]["metrics"], params.reference)
+    assert float(obs.features[LAYOUT["phase"]][0]) == 1.0  # auto-reset to a batch step
+
+
+def test_masked_action_ends_with_penalty(step, params):
+    """Block 0 (embedding) holds a CONTROL op, which the edge NPU (device 1) cannot run."""
+    obs, state = ENV.reset(KEY, params)
+    obs, state, *_ = step(KEY, state, jnp.int32(0), params)
+    assert np.asarray(obs.action_mask).tolist() == [True, False, False, False, False, False]
+    for bad in (1, 2, 7, -1):  # NPU, padding device, out of range
+        _, s2, r, term, _, info = step(KEY, state, jnp.int32(bad), params)
+        assert bool(term) and bool(info["invalid_action"]) and not bool(info["complete"])
+        assert float(r) == -2.0 and int(s2.time) == 0
+
+
+def test_shaping_leaves_the_return_unchanged(step, params, tiny, edge):
+    shaped = ENV.make_params(tiny, edge, shaping=0.5)
+    actions = [3, 0, 0, 1, 1, 0, 0]  # batch 8; layer 0's FFN, layer 1's attention on the NPU
+    plain, _, _, _ = _episode(step, params, actions)
+    dense, terms, infos, _ = _episode(step, shaped, actions)
+    assert terms[-1] and float(infos[-1]["episode_return"]) == pytest.approx(sum(dense), abs=1e-6)
+    assert sum(dense) == pytest.approx(plain[-1], abs=1e-5)
+    assert sum(abs(r) for r in dense[:-1]) > 0  # the shaping is dense
+    assert float(infos[-1]["score"]) == plain[-1]
+
+
+def test_memory_and_batch_masks(edge, tiny):
+    """Device memory masks devices; the batch step masks batches at which even the
+    all-on-host plan overflows device 0."""
+    g = ENV.pad_graph(tiny)
+    real = np.asarray(g.op_mask)
+    weights = float(np.asarray(g.param_bytes)[real].sum())
+    act = float(np.asarray(g.act_bytes)[real].max())
+    cap = np.asarray(edge.mem_capacity).copy()
+    cap[0] = weights + 6 * act  # all-on-host fits at batch 1, 2, 4, not 8
+    cap[1] = 1.0  # the NPU can hold nothing
+    p = edge.replace(mem_capacity=jnp.asarray(cap, jnp.float32))
+    params = ENV.make_params(g, p)
+    assert np.asarray(params.batch_mask).tolist() == [True, True, True, False, False, False]
+    obs, _ = ENV.reset(KEY, params)
+    assert np.asarray(obs.action_mask).tolist() == [True, True, True, False, False, False]
+    summary = check_env(ENV, params, KEY, num_steps=STEPS)  # never chooses the NPU or b >= 8
+    assert summary["episodes"] > 0
+    traj, _ = rollout(ENV, params, KEY, STEPS, False)
+    info = jax.tree.map(np.asarray, traj["info"])
+    done = info["complete"]
+    assert np.all(info["block_placement"][done] == 0) and np.all(info["batch"][done] <= 4)
+
+
+def test_vmap_make_params_over_platforms(mixed):
+    _, graphs, plats = mixed
+    g = graphs[0]
+    stacked = ENV.pad_platform(hj.hardware.stack(plats))
+    batched = jax.vmap(ENV.make_params, in_axes=(None, 0))(g, stacked)
+    for i, p in enumerate(plats):
+        single = ENV.make_params(g, p)
+        for f in ("legal", "batch_mask", "block_start", "slot_i"):
+            np.testing.assert_array_equal(getattr(batched, f)[i], getattr(single, f), f)
+        for f in ("block_time", "block_static", "static_features"):
+            np.testing.assert_allclose(getattr(batched, f)[i], getattr(single, f), rtol=1e-6)
+        np.testing.assert_allclose(batched.reference.latency[i], single.reference.latency, 1e-6)
+
+
+def test_observation_layout_and_spaces(params):
+    obs, state = ENV.reset(KEY, params)
+    sizes = [s.stop - s.start for s in LAYOUT.values()]
+    assert sum(sizes) == ENV.num_features == obs.features.shape[0]
+    assert ENV.block_feature_layout["real"].stop == ENV.num_block_features
+    assert obs.blocks.shape == (ENV.m_max, ENV.num_block_features)
+    assert bool(ENV.observation_space(params).contains(obs))
+    assert ENV.action_space(params).n == 6 and obs.action_mask.shape == (6,)
+    f = np.asarray(obs.features)
+    assert f[LAYOUT["phase"]][0] == 1.0 and not f[LAYOUT["kind"]].any()
+    np.testing.assert_array_equal(f[LAYOUT["weights"]], np.float32([0.6, 0.3, 0.1]))
+    np.testing.assert_array_equal(f[LAYOUT["device_real"]], [1.0, 1.0, 0.0])  # edge, padded
+
+
+def test_bad_inputs_raise_clear_errors(tiny, edge):
+    with pytest.raises(hj.GraphError, match="does not fit"):
+        ENV.make_params(hj.graphs.transformer("bert-base"), edge)
+    with pytest.raises(hj.PlatformError, match="d_max"):
+        ENV.make_params(tiny, hj.hardware.pad(edge, 4))
+    with pytest.raises(hj.GraphError, match="l_max"):
+        PlacementEnv(n_max=72, m_max=10, d_max=3, l_max=4).make_params(tiny, edge)
+    small = edge.replace(mem_capacity=edge.mem_capacity.at[0].set(1e3))
+    with pytest.raises(hj.PlanError, match="reference plan"):
+        ENV.make_params(tiny, small)
+    with pytest.raises(hj.PlanError, match="batches"):
+        ENV.make_params(tiny, edge, batches=(0.5, 2))
+    with pytest.raises(hj.PlanError, match="batches"):
+        ENV.make_params(tiny, edge, batches=tuple(range(1, 8)))
+    with pytest.raises(hj.PlanError, match="weights"):
+        ENV.make_params(tiny, edge, weights=(1.0, 0.0))
+    with pytest.raises(hj.PlanError, match="discount"):
+        ENV.make_params(tiny, edge, discount=1.5)
+    with pytest.raises(hj.PlatformError, match="pad"):
+        jax.vmap(ENV.make_params, in_axes=(None, 0))(tiny, hj.hardware.sample(KEY, 2, "edge"))
+    with pytest.raises(hj.PlatformError, match="one platform"):
+        ENV.make_params(tiny, hj.hardware.sample(KEY, 2, "edge"))
+
+
+def test_sized_for_fits_exactly(tiny):
+    env = PlacementEnv.sized_for([tiny], [hj.hardware.preset("host3")], num_batches=4)
+    assert (env.n_max, env.m_max, env.d_max, env.l_max, env.num_batches) == (40, 6, 3, 10, 4)
+    assert env.num_actions == 4
+
+
+@pytest.mark.slow
+def test_default_env_every_model_and_preset():
+    """The default sizes fit every built-in model (block granularity) and every preset."""
+    env = PlacementEnv()
+    for name in hj.graphs.MODELS:
+        g = hj.graphs.transformer(name)
+        env.pad_graph(g)
+    for name in hj.hardware.PRESETS:
+        env.pad_platform(hj.hardware.preset(name))
+    params = env.make_params(hj.graphs.transformer("tinyllama-1.1b"), hj.hardware.preset("host3"))
+    check_env(env, params, KEY)
