@@ -404,7 +404,8 @@ class PlacementEnv(Environment):
         from hetjax.graphs import transformer
         from hetjax.hardware import preset
 
-        return self.make_params(transformer("bert-base"), preset("edge"))
+        with jax.ensure_compile_time_eval():  # concrete even when first asked inside a trace
+            return self.make_params(transformer("bert-base"), preset("edge"))
 
     # -- params (host checks + pure build) -----------------------------------------------------
 
