@@ -758,8 +758,9 @@ class PlacementEnv(Environment):
         finished by the time the device is free for its consumer: only producers in earlier
         blocks (already simulated) can delay an op. Which slots trigger a transfer does not
         depend on times (first use of a producer on a), so the only sequential parts are the
-        link-free times over the triggered slots and the device-free time over the ops, both
-        written as unrolled chains of elementwise operations (one fused kernel under vmap).
+        link-free times over the slots and the device-free time over the ops: two short scans
+        with tiny bodies. Per-block rows of the graph are precomputed in `params` (one gather
+        each instead of one per op).
         """
         p = params.platform
         n, l_max, p_max, d = self.n_max, self.l_max, self.p_max, self.d_max
