@@ -30,6 +30,7 @@ def __getattr__(name):
         return module
     raise AttributeError(f"module 'hetjax' has no attribute {name!r}")
 
+
 __all__ = [
     "cost",
     "graphs",

@@ -1,8 +1,8 @@
 """`hj.agents`: the PPO placement agent (Flax Linen + Optax), imitation and the training job.
 
-    config = hj.agents.PPOConfig(model="bert-base", platform="edge")
-    train = hj.agents.make_train(config, teacher)     # teacher: hj.agents.make_teacher(...)
-    out = jax.jit(jax.vmap(train))(jax.random.split(key, 4))   # four seeds in one call
+config = hj.agents.PPOConfig(model="bert-base", platform="edge")
+train = hj.agents.make_train(config, teacher)     # teacher: hj.agents.make_teacher(...)
+out = jax.jit(jax.vmap(train))(jax.random.split(key, 4))   # four seeds in one call
 """
 
 from hetjax.agents.network import ActorCritic, masked_logits
