@@ -110,6 +110,36 @@ def test_finished_plan_metrics_equal_evaluate_under_vmap(mixed):
     assert not m.feasible[~done].any() and np.all(m.latency[~done] == 0)
 
 
+def test_dag_with_shared_producers_every_placement_equals_evaluate(step, edge):
+    """A DAG beyond chains: producers feeding several later blocks (a transfer reused across
+    steps), one op using the same producer twice, several transfers on one link in a step."""
+    from hetjax.graphs import ELEMWISE, MATMUL, NORM
+
+    preds = [[-1, -1], [0, -1], [1, -1], [2, -1], [3, -1], [4, 1], [5, 1], [6, 3], [7, 1],
+             [5, 5]]  # fmt: skip
+    g = hj.LayerGraph.create(
+        op_class=[MATMUL, ELEMWISE, MATMUL, NORM, MATMUL, ELEMWISE, MATMUL, ELEMWISE, MATMUL,
+                  ELEMWISE],
+        block=[0, 0, 1, 1, 2, 2, 3, 3, 4, 4],
+        block_kind=[0, 1, 2, 1, 3],
+        flops=np.linspace(1e9, 5e9, 10),
+        act_bytes=np.linspace(2e6, 8e6, 10),
+        param_bytes=np.linspace(1e6, 3e6, 10),
+        out_bytes=np.linspace(4e6, 1e6, 10),
+        preds=preds,
+    )  # fmt: skip
+    params = ENV.make_params(g, edge)
+    gp = ENV.pad_graph(g)
+    evaluate = jax.jit(hj.evaluate)
+    for code in range(2**5):
+        devices = [(code >> j) & 1 for j in range(5)]
+        _, terms, infos, _ = _episode(step, params, [2, *devices])  # batch 4
+        assert terms[-1] and not any(terms[:-1])
+        bp = jnp.asarray(devices + [0] * (ENV.m_max - 5), jnp.int32)
+        ref = evaluate(gp, params.platform, hj.Plan.from_blocks(gp, bp, 4.0))
+        _assert_same_metrics(infos[-1]["metrics"], ref)
+
+
 def test_reference_params_equal_evaluate(params, tiny, edge):
     g, p = ENV.pad_graph(tiny), ENV.pad_platform(edge)
     ref = hj.evaluate(g, p, hj.reference_plan(g))

@@ -63,5 +63,8 @@ class Environment:
         )
         done = terminated | truncated
         state_re = self.auto_reset(key_reset, state_st, params)
-        state = jax.tree.map(lambda r, s: jnp.where(done, r, s), state_re, state_st)
+        # leaves the reset keeps as they are (scratch buffers) are not selected
+        state = jax.tree.map(
+            lambda r, s: s if r is s else jnp.where(done, r, s), state_re, state_st
+        )
         return self.get_obs(state, params), state, reward, terminated, truncated, info

@@ -115,9 +115,9 @@ class EnvState:
     mem_act: jax.Array  # f32[D]        largest activation bytes per sample on each device
     dev_free: jax.Array  # f32[D]       s: when each device finishes its last placed op
     link_free: jax.Array  # f32[D, D]   s: when each link finishes its last transfer
-    finish: jax.Array  # f32[N + L]     s: finish time of each op (scratch buffer)
-    arrival: jax.Array  # f32[N + L, D] s: arrival of op p's output on device d (-1: not sent)
-    trig: jax.Array  # bool[N + L, P]   predecessor slot triggered a transfer (scratch buffer)
+    sched: jax.Array  # f32[N + L, 1 + D + P]  scratch op schedule, one row per op: finish
+    #                   time (s), arrival of its output on each device (s, -1: not sent), and
+    #                   1.0 for each predecessor slot that triggered a transfer
     potential: jax.Array  # f32[]       shaping potential Phi of this state
     episode_return: jax.Array  # f32[]  sum of rewards so far in this episode
 
@@ -208,7 +208,7 @@ def _safe(x):
 
 
 def _pick(col, idx):
-    """col[idx] for a short vector col f32[D] and indices idx int32[...] (a select, no gather)."""
+    """col[..., idx] for short vectors col f32[..., D] and indices idx (a select, no gather)."""
     hot = idx[..., None] == jnp.arange(col.shape[-1])
     return jnp.sum(jnp.where(hot, col, 0.0), axis=-1)
 
@@ -220,10 +220,11 @@ def _is_traced(tree) -> bool:
 # --- terminal metrics --------------------------------------------------------------------------
 
 
-def _exact_metrics(graph, platform, block_placement, batch, finish, trig) -> Metrics:
-    """SPEC `Metrics` of a finished plan from its simulated schedule (finish f32[N], trig
-    bool[N, P]): the schedule-independent part of `cost._simulate_chunk`, one plan (C = 1)."""
-    d_max = platform.d_max
+def _exact_metrics(graph, platform, block_placement, batch, sched) -> Metrics:
+    """SPEC `Metrics` of a finished plan from its simulated schedule (`EnvState.sched`): the
+    schedule-independent part of `cost._simulate_chunk`, one plan (C = 1)."""
+    d_max, n = platform.d_max, graph.n_max
+    finish, trig = sched[:n, 0], sched[:n, 1 + d_max :] > 0.5
     plan = Plan.from_blocks(graph, block_placement, batch)
     bt = plan.batch[None]
     dev, dur, unplaceable = _device_terms(graph, platform, plan.placement[:, None], bt)
@@ -265,11 +266,11 @@ _TERMINAL_CHUNK = 64  # finished plans reduced together under vmap
 
 
 @jax.custom_batching.custom_vmap
-def _terminal_metrics(done, graph, platform, block_placement, batch, finish, trig):
+def _terminal_metrics(done, graph, platform, block_placement, batch, sched):
     """Metrics of the finished plan where `done`, zeros elsewhere (one environment)."""
     return jax.lax.cond(
         done,
-        lambda: _exact_metrics(graph, platform, block_placement, batch, finish, trig),
+        lambda: _exact_metrics(graph, platform, block_placement, batch, sched),
         lambda: _zero_metrics(graph.m_max, platform.d_max),
     )
 
@@ -644,19 +645,13 @@ class PlacementEnv(Environment):
         """A fresh episode: nothing placed, the batch step next."""
         del key
         n, l, d, p = self.n_max, self.l_max, self.d_max, self.p_max
-        state = self._fresh(params)
-        return state.replace(
-            finish=jnp.zeros((n + l,), jnp.float32),
-            arrival=jnp.full((n + l, d), -1.0, jnp.float32),
-            trig=jnp.zeros((n + l, p), bool),
-        )
+        row = jnp.concatenate([jnp.zeros((1,)), jnp.full((d,), -1.0), jnp.zeros((p,))])
+        return self._fresh(params).replace(sched=jnp.tile(row.astype(jnp.float32), (n + l, 1)))
 
     def auto_reset(self, key: jax.Array, state: EnvState, params: EnvParams) -> EnvState:
         """A fresh episode that keeps the scratch schedule buffers (they need no clearing)."""
         del key
-        return self._fresh(params).replace(
-            finish=state.finish, arrival=state.arrival, trig=state.trig
-        )
+        return self._fresh(params).replace(sched=state.sched)
 
     def _fresh(self, params: EnvParams) -> EnvState:
         d, m = self.d_max, self.m_max
@@ -668,7 +663,7 @@ class PlacementEnv(Environment):
             placement=jnp.zeros((m,), jnp.int32),
             prev_device=jnp.full((), -1, jnp.int32),
             elapsed=z, busy=zd, link_busy=zdd, moved=zdd, mem_params=zd, mem_act=zd,
-            dev_free=zd, link_free=zdd, finish=None, arrival=None, trig=None,
+            dev_free=zd, link_free=zdd, sched=None,
             potential=z, episode_return=z,
         )  # fmt: skip
 
@@ -717,7 +712,7 @@ class PlacementEnv(Environment):
         chosen = state.replace(time=jnp.ones((), jnp.int32), batch_index=k_new)
         # the schedule buffers always come from the block simulation (at the batch step it wrote
         # only rows of block 0, which are rewritten when block 0 is placed)
-        buffers = ("finish", "arrival", "trig")
+        buffers = ("sched",)
         new = jax.tree.map(
             lambda c, p: jnp.where(batch_step, c, p),
             chosen.replace(**{f: None for f in buffers}),
@@ -727,8 +722,7 @@ class PlacementEnv(Environment):
         complete = ~batch_step & valid & (j == params.num_blocks - 1)
         terminated = complete | ~valid
         metrics = _terminal_metrics(
-            complete, params.graph, params.platform, new.placement, b,
-            new.finish[: self.n_max], new.trig[: self.n_max],
+            complete, params.graph, params.platform, new.placement, b, new.sched,
         )  # fmt: skip
         plan_score = score(metrics, params.reference, params.weights)
         ok = complete & metrics.feasible
@@ -781,15 +775,15 @@ class PlacementEnv(Environment):
         pidx, pblock, ext = slot_i[:, 0], slot_i[:, 1], slot_i[:, 2] > 0  # ext: earlier block
         src = jnp.where(ext, state.placement[pblock], a)  # device each producer ran on
         cross = ext & (src != a)
-        f_ext = state.finish[pidx]
-        known = state.arrival[pidx, a]  # arrival on a from an earlier step (-1: not sent)
+        rows = state.sched[pidx]  # [S, 1 + D + P] the producers' schedule rows
+        f_ext = rows[:, 0]
+        known = _pick(rows[:, 1 : 1 + d], a)  # arrival on a from earlier steps (-1: not sent)
         sent = b * slot_out
         x = _pick(p.link_latency[:, a], src) + sent / _pick(p.link_bw[:, a], src)
         # first use of each producer on a in this step (evaluate: consumer, then slot order)
         earlier = jnp.arange(s_max)[None, :] < jnp.arange(s_max)[:, None]
         same = (pidx[:, None] == pidx[None, :]) & cross[None, :] & earlier  # [S, S']
         dup = jnp.any(same, axis=1)
-        first = jnp.argmax(same, axis=1)  # the earliest such slot
         trig = cross & ~dup & (known < 0)
 
         # link-free times into a, over the slots in order (only triggered slots occupy a link)
@@ -800,7 +794,8 @@ class PlacementEnv(Environment):
             return jnp.where(hot & t, at, lf), at
 
         lf, sent_at = jax.lax.scan(send, state.link_free[:, a], (f_ext, x, src, trig))
-        reused = sent_at[first]
+        # a later use of a producer sent in this step: the arrival of the one slot that sent it
+        reused = jnp.sum(jnp.where(same & trig[None, :], sent_at[None, :], 0.0), axis=1)
         arr = jnp.where(
             trig, sent_at, jnp.where(cross, jnp.where(known >= 0, known, reused), f_ext)
         )
@@ -815,22 +810,19 @@ class PlacementEnv(Environment):
         free, fin = jax.lax.scan(run, state.dev_free[a], (ready, dur, real))
 
         trig = trig.reshape(l_max, p_max)
-        finish = jax.lax.dynamic_update_slice(state.finish, fin, (start,))
-        trig_buf = jax.lax.dynamic_update_slice(state.trig, trig, (start, 0))
-        arrival = jax.lax.dynamic_update_slice(
-            state.arrival, jnp.full((l_max, d), -1.0, jnp.float32), (start, 0)
+        own = jnp.concatenate(
+            [fin[:, None], jnp.full((l_max, d), -1.0), trig.astype(jnp.float32)], axis=1
         )
-        rows = jnp.where(trig.reshape(-1), pidx, n + l_max)  # not triggered: dropped
-        arrival = arrival.at[rows, a].set(sent_at, mode="drop")
+        sched = jax.lax.dynamic_update_slice(state.sched, own, (start, 0))
+        dst = jnp.where(trig.reshape(-1), pidx, n + l_max)  # not triggered: dropped
+        sched = sched.at[dst, 1 + a].set(sent_at, mode="drop")
 
         on_a = devs == a
         src_hot = (devs[None, :] == src[:, None]) & trig.reshape(-1)[:, None]  # [S, D]
         t_in = jnp.sum(jnp.where(src_hot, x[:, None], 0.0), axis=0)
         b_in = jnp.sum(jnp.where(src_hot, sent[:, None], 0.0), axis=0)
         return dict(
-            finish=finish,
-            arrival=arrival,
-            trig=trig_buf,
+            sched=sched,
             dev_free=jnp.where(on_a, free, state.dev_free),
             link_free=jnp.where(on_a[None, :], lf[:, None], state.link_free),
             busy=state.busy + jnp.where(on_a, jnp.sum(jnp.where(real, dur, 0.0)), 0.0),
