@@ -8,7 +8,8 @@ Gym-style loop would). The vectorised runs step B environments (B = 1, 1024, 163
 `jax.vmap(env.step)` inside one jitted `lax.scan` of T steps (actions drawn in JAX; the
 observation is reduced to a checksum so that none of it is optimised away). Every environment
 has its own sampled platform (a pool of `--pool` platforms around the preset, repeated to B).
-A last row mixes models of different sizes (padded), so that episodes end at different steps.
+A row mixes models of different sizes (padded), so that episodes end at different steps; the
+last rows use the environment sized to the model and preset (`PlacementEnv.sized_for`).
 Writes benchmarks/results/env.json.
 """
 
@@ -68,8 +69,9 @@ def run_chunked(env, params, key, num_steps, chunk):
     return jnp.sum(sums)
 
 
-def python_loop(env, params, num_steps: int, seed: int = 0) -> float:
-    """Steps/s of one environment stepped from a plain Python loop."""
+def python_loop(env, params, num_steps: int, seed: int = 0, repeats: int = 5) -> float:
+    """Steps/s of one environment stepped from a plain Python loop (median of `repeats` runs
+    of `num_steps` steps)."""
     rng = np.random.default_rng(seed)
     keys = list(jax.random.split(jax.random.key(seed), num_steps + 1))
     obs, state = env.reset(keys[-1], params)
@@ -82,9 +84,12 @@ def python_loop(env, params, num_steps: int, seed: int = 0) -> float:
         return obs, state
 
     obs, state = steps(3, obs, state)  # compile
-    t0 = time.perf_counter()
-    steps(num_steps, obs, state)
-    return num_steps / (time.perf_counter() - t0)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        obs, state = steps(num_steps, obs, state)
+        times.append(time.perf_counter() - t0)
+    return num_steps / float(np.median(times))
 
 
 def tile(tree, b):
@@ -100,14 +105,17 @@ def main(argv=None) -> dict:
     ap.add_argument("--platform", default="edge", help="preset the platforms are sampled around")
     ap.add_argument("--sizes", default="1,1024,16384")
     ap.add_argument("--pool", type=int, default=256, help="distinct sampled platforms")
-    ap.add_argument("--python-steps", type=int, default=300)
+    ap.add_argument("--python-steps", type=int, default=200, help="per timed run (5 runs)")
     ap.add_argument("--chunk", type=int, default=1024, help="group size of the chunked rows")
     ap.add_argument("--quick", action="store_true", help="fewer repeats (smoke run)")
     args = ap.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
-    repeats = 1 if args.quick else 3
+    repeats = 1 if args.quick else 5
 
     env = PlacementEnv()
+    default_sizes = {
+        f: getattr(env, f) for f in ("n_max", "m_max", "d_max", "num_batches", "l_max")
+    }
     graph = hj.graphs.transformer(args.model)
     platforms = env.pad_platform(hj.hardware.sample(jax.random.key(0), args.pool, args.platform))
     t0 = time.perf_counter()
@@ -117,9 +125,11 @@ def main(argv=None) -> dict:
     episode = int(np.asarray(pool.num_blocks)[0]) + 1
     num_steps = 2 * episode  # two episodes per call
 
+    env_label = "default sizes"
     one = jax.tree.map(lambda x: x[0], pool)
     py_rate = python_loop(env, one, args.python_steps)
-    rows = [dict(mode="Python loop, one env", B=1, steps_per_s=py_rate, speedup=1.0, compile_s=0.0)]
+    rows = [dict(env=env_label, mode="Python loop, one env", B=1, steps_per_s=py_rate,
+                 speedup=1.0, compile_s=0.0)]  # fmt: skip
 
     def vectorised(label, params, b, chunk=None):
         key = jax.random.key(1)
@@ -130,10 +140,10 @@ def main(argv=None) -> dict:
         t0 = time.perf_counter()
         run().block_until_ready()
         compile_s = time.perf_counter() - t0
-        sec = timeit(lambda: run().block_until_ready(), repeats=repeats, min_time=0.0)
+        sec = timeit(lambda: run().block_until_ready(), repeats=repeats, min_time=0.3)
         rate = b * num_steps / sec
-        rows.append(dict(mode=label, B=b, steps_per_s=rate, speedup=rate / py_rate,
-                         compile_s=compile_s))  # fmt: skip
+        rows.append(dict(env=env_label, mode=label, B=b, steps_per_s=rate,
+                         speedup=rate / py_rate, compile_s=compile_s))  # fmt: skip
 
     for b in sizes:
         vectorised("vmap + scan", tile(pool, b), b)
@@ -148,20 +158,33 @@ def main(argv=None) -> dict:
     mixed = jax.vmap(env.make_params)(tile(graphs, b_mixed), tile(platforms, b_mixed))
     vectorised(f"vmap + scan, mixed models ({'/'.join(MIXED)})", mixed, b_mixed)
 
+    # the environment sized to this model and preset (what hetjax.agents trains in)
+    env = PlacementEnv.sized_for([graph], [hj.hardware.preset(args.platform)])
+    env_label = "sized_for(model, preset)"
+    platforms = env.pad_platform(hj.hardware.sample(jax.random.key(0), args.pool, args.platform))
+    pool = jax.vmap(env.make_params, in_axes=(None, 0))(graph, platforms)
+    py_rate = python_loop(env, jax.tree.map(lambda x: x[0], pool), args.python_steps)
+    rows.append(dict(env=env_label, mode="Python loop, one env", B=1, steps_per_s=py_rate,
+                     speedup=1.0, compile_s=0.0))  # fmt: skip
+    vectorised("vmap + scan", tile(pool, b_mixed), b_mixed)
+    sized = {f: getattr(env, f) for f in ("n_max", "m_max", "d_max", "num_batches", "l_max")}
+
     table = Table(title=f"PlacementEnv steps/s: {args.model} on sampled '{args.platform}' "
                   f"platforms, random legal actions")  # fmt: skip
-    for col in ("mode", "B", "steps/s", "vs Python loop", "compile s"):
-        table.add_column(col, justify="left" if col == "mode" else "right")
+    for col in ("env", "mode", "B", "steps/s", "vs Python loop", "compile s"):
+        table.add_column(col, justify="left" if col in ("env", "mode") else "right")
     for r in rows:
-        table.add_row(r["mode"], str(r["B"]), f"{r['steps_per_s']:,.0f}", f"{r['speedup']:.1f}x",
-                      f"{r['compile_s']:.1f}")  # fmt: skip
-    Console().print(table)
+        table.add_row(r["env"], r["mode"], str(r["B"]), f"{r['steps_per_s']:,.0f}",
+                      f"{r['speedup']:.1f}x", f"{r['compile_s']:.1f}")  # fmt: skip
+    Console(width=120).print(table)
     doc = {
         "benchmark": "env",
         "command": "python benchmarks/bench_env.py " + " ".join(argv or sys.argv[1:]),
         "model": args.model,
         "platform": args.platform,
-        "env": {f: getattr(env, f) for f in ("n_max", "m_max", "d_max", "num_batches", "l_max")},
+        "env": default_sizes,
+        "sized_env": sized,
+        "speedup_is": "steps/s over the Python loop of the same environment (same run)",
         "episode_steps": episode,
         "steps_per_call": num_steps,
         "platform_pool": args.pool,
