@@ -140,6 +140,30 @@ def test_dag_with_shared_producers_every_placement_equals_evaluate(step, edge):
         _assert_same_metrics(infos[-1]["metrics"], ref)
 
 
+def test_nested_vmap_matches_single_vmap(mixed):
+    """vmap over seeds of vmap over envs (as `jax.vmap(train)` does) gives the same results."""
+    params = jax.tree.map(lambda x: x.reshape((2, 2) + x.shape[1:]), mixed[0])
+
+    def episode(p, key):
+        obs, st = jax.vmap(ENV.reset)(jax.random.split(key, 2), p)
+
+        def body(carry, k):
+            obs, st = carry
+            a = hj.env.random_valid_action(k, obs.action_mask)
+            obs, st, r, _, _, info = jax.vmap(ENV.step)(jax.random.split(k, 2), st, a, p)
+            return (obs, st), (r, info["metrics"].latency, info["complete"])
+
+        return jax.lax.scan(body, (obs, st), jax.random.split(key, 12))[1]
+
+    keys = jax.random.split(KEY, 2)
+    nested = jax.jit(jax.vmap(episode))(params, keys)
+    assert np.asarray(nested[2]).any()
+    for i in range(2):
+        single = jax.jit(episode)(jax.tree.map(lambda x, i=i: x[i], params), keys[i])
+        for a, b in zip(jax.tree.leaves(nested), jax.tree.leaves(single), strict=True):
+            np.testing.assert_array_equal(np.asarray(a)[i], np.asarray(b))
+
+
 def test_reference_params_equal_evaluate(params, tiny, edge):
     g, p = ENV.pad_graph(tiny), ENV.pad_platform(edge)
     ref = hj.evaluate(g, p, hj.reference_plan(g))
