@@ -12,8 +12,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e ".[dev]"
 	touch $(STAMP)
 
+# the training job (< 10 min on 2 cores); --resume makes a rerun reuse a finished run in runs/demo
 demo: $(STAMP)
-	$(BIN)/hetjax evaluate --model bert-base --platform edge --placement by-class --batch 8
+	$(BIN)/hetjax train --model bert-base --platform edge --out runs/demo --resume
 
 test: $(STAMP)
 	$(BIN)/ruff check .
@@ -28,6 +29,9 @@ format: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_cost.py
+	$(BIN)/python benchmarks/bench_exact.py
+	$(BIN)/python benchmarks/bench_env.py
+	$(BIN)/python benchmarks/bench_train.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -111,6 +111,8 @@ def test_resume_reaches_the_same_result(tmp_path):
     resumed = agents.Trainer(cfg, tmp_path / "part", chunk=2, validation=2)
     r_res, rows = resumed.run(progress=False, resume=True)
     assert int(r_res.update) == 4 and len(rows) == 2
+    _, selected = resumed.best()  # model selection: the lowest validation gap seen
+    assert selected["val_gap_pct"] == min(r["val_gap_pct"] for r in rows)
     for x, y in zip(jax.tree.leaves(r_full.params), jax.tree.leaves(r_res.params), strict=True):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
@@ -126,3 +128,33 @@ def test_rerun_without_resume_is_refused(tmp_path):
     other = dataclasses.replace(cfg, lr=1e-3)
     with pytest.raises(CheckpointError, match="lr"):
         agents.Trainer(other, tmp_path, chunk=2, validation=2).run(progress=False, resume=True)
+
+
+@pytest.mark.slow
+def test_greedy_baseline_advantage_is_return_minus_greedy_return(setup):
+    runner = jax.jit(lambda k: ppo.init_runner(setup, k))(jax.random.key(0))
+    platforms = ppo.sample_platforms(setup, jax.random.key(1), 8)
+    params = ppo._env_params(setup, platforms)
+
+    @jax.jit
+    def run(p, k):
+        traj = ppo._rollout(setup, p, k, params, 0.15)
+        adv, target = ppo._greedy_baseline(setup, p, jax.random.key(5), params, traj)
+        greedy, _ = ppo.greedy_rollout(setup, p, jax.random.key(5), platforms)
+        return traj, adv, target, greedy
+
+    traj, adv, target, greedy = run(runner.params, jax.random.key(2))
+    ret = np.sum(np.where(traj.valid, traj.reward, 0.0), 0)
+    np.testing.assert_allclose(np.asarray(target)[0], ret, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(adv)[0], ret - np.asarray(greedy), rtol=1e-5, atol=1e-6)
+    # terminal reward only: every step of an episode shares its advantage
+    np.testing.assert_allclose(np.asarray(adv), np.broadcast_to(np.asarray(adv)[0], adv.shape),
+                               rtol=1e-6)  # fmt: skip
+
+
+def test_config_rejects_unknown_choices():
+    import hetjax as hj
+
+    for bad in ({"advantage": "td"}, {"encoder": "rnn"}, {"epsilon": 1.0}):
+        with pytest.raises(hj.HetjaxError, match=next(iter(bad))):
+            ppo.make_setup(dataclasses.replace(TINY, **bad))

@@ -5,8 +5,9 @@ train = hj.agents.make_train(config, teacher)     # teacher: hj.agents.make_teac
 out = jax.jit(jax.vmap(train))(jax.random.split(key, 4))   # four seeds in one call
 """
 
-from hetjax.agents.network import ActorCritic, masked_logits
+from hetjax.agents.network import ENCODERS, ActorCritic, masked_logits
 from hetjax.agents.ppo import (
+    ADVANTAGES,
     PPOConfig,
     RunnerState,
     Teacher,
@@ -24,6 +25,8 @@ from hetjax.agents.teachers import exact_scores, make_teacher, plan_to_actions
 from hetjax.agents.trainer import Trainer, load_checkpoint, save_checkpoint
 
 __all__ = [
+    "ADVANTAGES",
+    "ENCODERS",
     "PPOConfig",
     "ActorCritic",
     "RunnerState",

@@ -13,10 +13,11 @@ import typer
 __all__ = ["register", "train_job", "load_policy"]
 
 
-def train_job(config, out: Path, *, resume: bool = False, held_out: int = 256, chunk: int = 5,
+def train_job(config, out: Path, *, resume: bool = False, held_out: int = 256, chunk: int = 10,
               progress: bool = True, stop_after: int | None = None) -> dict | None:  # fmt: skip
     """Train, then write the report, the PNGs and report.json into `out` (returns the report;
-    None when stopped early by `stop_after`)."""
+    None when stopped early by `stop_after`). The report judges the validation-selected
+    policy (`Trainer.best`)."""
     from hetjax.agents import report
     from hetjax.agents.trainer import Trainer
     from hetjax.io import write_json
@@ -26,10 +27,15 @@ def train_job(config, out: Path, *, resume: bool = False, held_out: int = 256, c
     if stop_after is not None and int(runner.update) < config.num_updates:
         return None
     setup = trainer.setup
-    preset, plan, opt_plan = report.preset_report(setup, runner.params)
-    held = report.held_out_report(setup, runner.params, trainer.keys["held_out"], held_out)
+    best, selected = trainer.best()  # model selection on the validation platforms
+    preset, plan, opt_plan = report.preset_report(setup, best.params)
+    held = report.held_out_report(setup, best.params, trainer.keys["held_out"], held_out)
     doc = {"config": dataclasses.asdict(config), "preset": preset, "held_out": held,
-           "training": {"updates": int(runner.update), "wall_s": rows[-1]["wall_s"]}}  # fmt: skip
+           "training": {"updates": int(runner.update), "wall_s": rows[-1]["wall_s"],
+                        "selected_update": selected["update"],
+                        "selected_val_gap_pct": selected["val_gap_pct"],
+                        "final_val_gap_pct": rows[-1]["val_gap_pct"],
+                        "validation_platforms": trainer.n_validation}}  # fmt: skip
     write_json(Path(out) / "report.json", doc)
     report.plot_learning_curve(rows, Path(out) / "learning_curve.png")
     report.plot_load_distribution(setup, plan, opt_plan, Path(out) / "load_distribution.png",
@@ -52,7 +58,8 @@ def load_policy(checkpoint_dir: Path):
     config = ppo.PPOConfig(**cfg)
     setup = ppo.make_setup(config)
     template = jax.jit(lambda k: ppo.init_runner(setup, k))(jax.random.key(0))
-    runner, _ = load_checkpoint(d / "checkpoint.msgpack", template)
+    best = d / "best.msgpack"  # the validation-selected policy, else the latest
+    runner, _ = load_checkpoint(best if best.exists() else d / "checkpoint.msgpack", template)
     return config, runner.params
 
 
@@ -66,22 +73,32 @@ def register(app) -> None:
     def train_cmd(
         model: Annotated[str, typer.Option(help="built-in model")] = "bert-base",
         platform: Annotated[str, typer.Option(help="preset to sample platforms around")] = "edge",
-        num_envs: Annotated[int, typer.Option(help="parallel environments")] = 512,
-        num_updates: Annotated[int, typer.Option(help="PPO updates")] = 60,
-        imitation_steps: Annotated[int, typer.Option(help="cloning steps (0 = off)")] = 300,
-        epsilon: Annotated[float, typer.Option(help="epsilon-greedy exploration")] = 0.15,
+        num_envs: Annotated[int | None, typer.Option(help="parallel environments")] = None,
+        num_updates: Annotated[int | None, typer.Option(help="PPO updates")] = None,
+        imitation_steps: Annotated[int | None, typer.Option(help="cloning steps (0 = off)")] = None,
+        imitation_platforms: Annotated[
+            int | None, typer.Option(help="platforms the exact teacher solves")
+        ] = None,
+        epsilon: Annotated[float | None, typer.Option(help="epsilon-greedy exploration")] = None,
+        advantage: Annotated[str | None, typer.Option(help="gae | greedy_baseline")] = None,
+        encoder: Annotated[str | None, typer.Option(help="deepsets | attention")] = None,
         held_out: Annotated[int, typer.Option(help="held-out platforms")] = 256,
+        chunk: Annotated[int, typer.Option(help="PPO updates per jitted chunk")] = 10,
         seed: Annotated[int, typer.Option(help="PRNG seed")] = 0,
         out: Annotated[Path, typer.Option(help="run directory")] = Path("runs/train"),
         resume: Annotated[bool, typer.Option(help="continue the run in --out")] = False,
     ):
-        """Train the PPO placement agent, then report against the exact optimum."""
+        """Train the PPO placement agent, then report against the exact optimum.
+
+        Options left out take the `PPOConfig` defaults."""
         from hetjax.agents.ppo import PPOConfig
 
-        config = PPOConfig(model=model, platform=platform, num_envs=num_envs,
-                           num_updates=num_updates, imitation_steps=imitation_steps,
-                           epsilon=epsilon, seed=seed)  # fmt: skip
-        doc = train_job(config, out, resume=resume, held_out=held_out)
+        given = dict(num_envs=num_envs, num_updates=num_updates, imitation_steps=imitation_steps,
+                     imitation_platforms=imitation_platforms, epsilon=epsilon,
+                     advantage=advantage, encoder=encoder)  # fmt: skip
+        config = PPOConfig(model=model, platform=platform, seed=seed,
+                           **{k: v for k, v in given.items() if v is not None})  # fmt: skip
+        doc = train_job(config, out, resume=resume, held_out=held_out, chunk=chunk)
         p, h = doc["preset"], doc["held_out"]
         t = Table(title=f"learned policy: {model} on {platform}")
         t.add_column("metric")

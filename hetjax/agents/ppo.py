@@ -25,10 +25,11 @@ import numpy as np
 import optax
 
 import hetjax as hj
-from hetjax.agents.network import ActorCritic
+from hetjax.agents.network import ENCODERS, ActorCritic
 from hetjax.env import PlacementEnv
 
 __all__ = [
+    "ADVANTAGES",
     "PPOConfig",
     "Transition",
     "RunnerState",
@@ -39,6 +40,9 @@ __all__ = [
     "sample_platforms",
     "greedy_rollout",
 ]
+
+
+ADVANTAGES = ("gae", "greedy_baseline")
 
 
 @dataclass(frozen=True)
@@ -53,26 +57,28 @@ class PPOConfig:
     weights: tuple[float, float, float] = (0.6, 0.3, 0.1)  # SPEC score (alpha, beta, gamma)
     batches: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
     num_envs: int = 512  # parallel environments, each on its own sampled platform
-    num_updates: int = 60  # PPO updates (one episode per environment each)
+    num_updates: int = 30  # PPO updates (one episode per environment each)
     update_epochs: int = 4
     num_minibatches: int = 4
+    advantage: str = "gae"  # "gae" or "greedy_baseline" (return minus the greedy policy's)
     gamma: float = 1.0  # episodic, terminal reward
     gae_lambda: float = 0.95
     clip_eps: float = 0.2
     vf_coef: float = 0.5
     ent_coef: float = 0.003
     max_grad_norm: float = 0.5
-    lr: float = 3e-4
+    lr: float = 1e-4  # fine-tuning a cloned policy: larger steps undo the cloning
     anneal_lr: bool = True
     epsilon: float = 0.15  # epsilon-greedy exploration (the design's 0.15); 0 = off
-    imitation_steps: int = 300  # behaviour-cloning steps before PPO; 0 = off
+    imitation_steps: int = 4000  # behaviour-cloning steps before PPO; 0 = off
     imitation_teacher: str = "exact"  # "exact" (optimal plans) or a baseline strategy name
-    imitation_platforms: int = 256  # platforms the teacher solves
+    imitation_platforms: int = 2048  # platforms the teacher solves
     imitation_batch: int = 1024  # (observation, action) pairs per cloning step
     imitation_lr: float = 1e-3
-    width: int = 64
-    heads: int = 4
-    layers: int = 2
+    encoder: str = "deepsets"  # block summary: "deepsets" (pooled MLP) or "attention"
+    width: int = 128
+    heads: int = 4  # attention encoder only
+    layers: int = 2  # attention encoder only
     seed: int = 0
 
     def to_dict(self) -> dict:
@@ -125,6 +131,10 @@ def make_setup(config: PPOConfig) -> Setup:
             f"num_envs={config.num_envs} must be a multiple of num_minibatches="
             f"{config.num_minibatches}"
         )
+    if config.advantage not in ADVANTAGES:
+        raise hj.PlanError(f"advantage={config.advantage!r}: must be one of {ADVANTAGES}")
+    if config.encoder not in ENCODERS:
+        raise hj.PlanError(f"encoder={config.encoder!r}: must be one of {ENCODERS}")
     if not 0.0 <= config.epsilon < 1.0:
         raise hj.PlanError(f"epsilon={config.epsilon}: must be in [0, 1)")
     graph = hj.graphs.transformer(config.model, seq_len=config.seq_len)
@@ -133,7 +143,8 @@ def make_setup(config: PPOConfig) -> Setup:
     graph = env.pad_graph(graph)
     base = env.pad_platform(base)
     episode_len = 1 + int(np.asarray(graph.block_mask).sum())
-    network = ActorCritic(env.num_actions, config.width, config.heads, config.layers)
+    network = ActorCritic(env.num_actions, config.width, config.heads, config.layers,
+                          config.encoder)  # fmt: skip
     minibatch_steps = config.update_epochs * config.num_minibatches * config.num_updates
 
     def lr(count):
@@ -225,6 +236,16 @@ def _gae(traj: Transition, gamma, lam):
     return adv, adv + traj.value
 
 
+def _greedy_baseline(setup: Setup, net_params, key, params, traj: Transition):
+    """Advantages and value targets [T, E] against the greedy policy's return on the same
+    platform (a self-critical baseline: no value estimate enters the advantage)."""
+    greedy = _rollout(setup, net_params, key, params, 0.0, greedy=True)
+    base = jnp.sum(jnp.where(greedy.valid, greedy.reward, 0.0), 0)  # [E]
+    rewards = jnp.where(traj.valid, traj.reward, 0.0)
+    to_go = jnp.flip(jnp.cumsum(jnp.flip(rewards, 0), 0), 0)  # [T, E] return from step t
+    return to_go - base[None], to_go
+
+
 def _ppo_loss(setup: Setup, net_params, batch, adv, target):
     c = setup.config
     logits, value = jax.vmap(setup.network.apply, in_axes=(None, 0))(net_params, batch.obs)
@@ -252,8 +273,12 @@ def make_update(setup: Setup):
     def update(runner: RunnerState):
         key, k_plat, k_roll, k_perm = jax.random.split(runner.key, 4)
         params = _env_params(setup, sample_platforms(setup, k_plat, c.num_envs))
+        k_roll, k_base = jax.random.split(k_roll)
         traj = _rollout(setup, runner.params, k_roll, params, c.epsilon)
-        adv, target = _gae(traj, c.gamma, c.gae_lambda)
+        if c.advantage == "greedy_baseline":
+            adv, target = _greedy_baseline(setup, runner.params, k_base, params, traj)
+        else:
+            adv, target = _gae(traj, c.gamma, c.gae_lambda)
         # flatten [T, E] -> minibatches over environments (whole episodes stay together)
         data = (traj, adv, target)
 

@@ -4,6 +4,10 @@ Each chunk is one jitted `lax.scan` over `chunk` PPO updates; between chunks the
 metrics, measures the greedy policy's gap on a small validation set, and writes a checkpoint
 atomically. A killed run restarted with `resume=True` continues from the last checkpoint and
 reaches the same result as an uninterrupted run with the same config (same chunks, same keys).
+
+Model selection: `best.msgpack` holds the runner at the point (after imitation or after a
+chunk) with the lowest validation gap; the report and `hetjax place` use it. The validation
+platforms come from their own PRNG stream, disjoint from training and from the held-out set.
 """
 
 from __future__ import annotations
@@ -69,7 +73,7 @@ def load_checkpoint(path: Path, template: ppo.RunnerState) -> tuple[ppo.RunnerSt
 class Trainer:
     """Runs (or resumes) a training job in `out_dir`."""
 
-    def __init__(self, config: ppo.PPOConfig, out_dir, *, chunk: int = 5, validation: int = 32):
+    def __init__(self, config: ppo.PPOConfig, out_dir, *, chunk: int = 10, validation: int = 128):
         self.config = config
         self.out = Path(out_dir)
         self.chunk = chunk
@@ -140,56 +144,96 @@ class Trainer:
         ckpt = self.out / "checkpoint.msgpack"
         template = jax.jit(lambda k: ppo.init_runner(self.setup, k))(self.keys["train"])
         rows: list[dict] = []
+        best_path = self.out / "best.msgpack"
+        best_gap = float("inf")
         if resume and ckpt.exists():
             runner, extra = load_checkpoint(ckpt, template)
             rows = extra["rows"]
             imitation_done = extra["imitation_done"]
+            best_gap = extra.get("best_val_gap_pct", float("inf"))
         else:
             runner, imitation_done = template, False
-        val_platforms, val_opt = self._validation()
+        with _status(progress, f"exact optima of {self.n_validation} validation platforms"):
+            val_platforms, val_opt = self._validation()
         greedy = jax.jit(lambda p, k, plats: ppo.greedy_rollout(self.setup, p, k, plats)[0])
 
         def val_gap(params):
             s = np.asarray(greedy(params, self.keys["rollout"], val_platforms))
             return float(np.mean(hj_gap(s, val_opt)))
 
+        def checkpoint(runner, gap):  # the best runner first, so a kill never loses it
+            nonlocal best_gap
+            if gap < best_gap or not best_path.exists():
+                best_gap = min(gap, best_gap)
+                save_checkpoint(best_path, runner, {"val_gap_pct": gap,
+                                                    "update": int(runner.update)})  # fmt: skip
+            save_checkpoint(ckpt, runner, {"rows": rows, "imitation_done": imitation_done,
+                                           "best_val_gap_pct": best_gap})  # fmt: skip
+            write_csv(self.out / "metrics.csv", _uniform(rows))
+
         t_start = time.perf_counter()
         if c.imitation_steps > 0 and not imitation_done:
-            teacher = self._teacher()
-            clone = jax.jit(ppo.make_imitation(self.setup, teacher)[0])
-            runner, losses = clone(runner)
-            losses = np.asarray(losses)
+            with _status(progress, f"exact optima of {c.imitation_platforms} teacher platforms"):
+                teacher = self._teacher()
+            with _status(progress, f"behaviour cloning, {c.imitation_steps} steps"):
+                clone = jax.jit(ppo.make_imitation(self.setup, teacher)[0])
+                runner, losses = clone(runner)
+                losses = np.asarray(losses)
             rows.append({"update": 0, "phase": "imitation", "imitation_loss_first":
                          float(losses[0]), "imitation_loss": float(losses[-1]),
                          "val_gap_pct": val_gap(runner.params),
                          "wall_s": time.perf_counter() - t_start})  # fmt: skip
             imitation_done = True
-            save_checkpoint(ckpt, runner, {"rows": rows, "imitation_done": True})
-            write_csv(self.out / "metrics.csv", _uniform(rows))
+            checkpoint(runner, rows[-1]["val_gap_pct"])
         update = ppo.make_update(self.setup)
-        chunk_fn = jax.jit(lambda r: jax.lax.scan(lambda r, _: update(r), r, None,
-                                                  length=self.chunk))  # fmt: skip
+        chunk_fns = {}  # length -> jitted scan of that many updates (the last may be shorter)
+
+        def chunk_fn(r, length):
+            if length not in chunk_fns:
+                scan = lambda r: jax.lax.scan(lambda r, _: update(r), r, None, length=length)  # noqa: E731
+                chunk_fns[length] = jax.jit(scan)
+            return chunk_fns[length](r)
+
         done_chunks = int(runner.update) // self.chunk
         n_chunks = -(-c.num_updates // self.chunk)
         with Progress(TextColumn("[bold]training"), BarColumn(), TextColumn("{task.completed}/"
                       "{task.total} updates"), TextColumn("{task.fields[status]}"),
                       TimeElapsedColumn(), disable=not progress) as bar:  # fmt: skip
-            task = bar.add_task("ppo", total=n_chunks * self.chunk,
-                                completed=done_chunks * self.chunk, status="")  # fmt: skip
+            task = bar.add_task("ppo", total=c.num_updates,
+                                completed=min(done_chunks * self.chunk, c.num_updates),
+                                status="")  # fmt: skip
             for i in range(done_chunks, n_chunks):
                 if stop_after is not None and i >= stop_after:
                     break
-                runner, metrics = chunk_fn(runner)
+                length = min(self.chunk, c.num_updates - i * self.chunk)
+                runner, metrics = chunk_fn(runner, length)
                 m = {k: float(np.mean(np.asarray(v))) for k, v in metrics.items()}
                 row = {"update": int(runner.update), "phase": "ppo", **m,
                        "val_gap_pct": val_gap(runner.params),
                        "wall_s": time.perf_counter() - t_start}  # fmt: skip
                 rows.append(row)
-                save_checkpoint(ckpt, runner, {"rows": rows, "imitation_done": imitation_done})
-                write_csv(self.out / "metrics.csv", _uniform(rows))
-                bar.update(task, advance=self.chunk, status=f"score {m['score']:.3f}  "
+                checkpoint(runner, row["val_gap_pct"])
+                bar.update(task, advance=length, status=f"score {m['score']:.3f}  "
                            f"val gap {row['val_gap_pct']:.2f}%")  # fmt: skip
         return runner, rows
+
+    def best(self) -> tuple[ppo.RunnerState, dict]:
+        """The runner with the lowest validation gap so far and {"val_gap_pct", "update"}."""
+        template = jax.jit(lambda k: ppo.init_runner(self.setup, k))(self.keys["train"])
+        return load_checkpoint(self.out / "best.msgpack", template)
+
+
+def _status(show: bool, what: str):
+    """A spinner with elapsed time on the console while a long host step runs."""
+    import contextlib
+
+    from rich.console import Console
+
+    if not show:
+        return contextlib.nullcontext()
+    console = Console(stderr=True)
+    console.print(f"[dim]{what} ...[/dim]")
+    return console.status(what)
 
 
 def hj_gap(scores, optimum):

@@ -1,0 +1,167 @@
+"""Environment steps per second during PPO training, and seeds per second with vmap over seeds.
+
+    .venv/bin/python benchmarks/bench_train.py [--model bert-base] [--platform edge] [--quick]
+
+Part 1 (env steps during training): one PPO update (rollout of one episode in each of
+`num_envs` environments, each on its own freshly sampled platform, then GAE and
+`update_epochs` x `num_minibatches` gradient steps) timed after compilation, for several
+`num_envs`; env steps/s counts every environment step of the rollout. The baseline in the same
+run is the rollout alone (no learning) at the same `num_envs`, so the ratio is the share of a
+training step the environment itself costs.
+
+Part 2 (seeds): `jax.jit(jax.vmap(train))(keys)` on S seeds at once (a short training run of
+`make_train`, imitation off), next to the same jitted `train` called once per seed from a
+Python loop, in the same run: seeds/s and the ratio.
+Writes benchmarks/results/train.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+from pathlib import Path
+
+import jax
+from rich.console import Console
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import machine, timeit, write_json  # noqa: E402
+
+from hetjax.agents import ppo  # noqa: E402
+
+
+def _block(tree):
+    return jax.block_until_ready(tree)
+
+
+def bench_updates(base: ppo.PPOConfig, num_envs: int, repeats: int) -> dict:
+    """Timed PPO update and timed rollout-only at `num_envs`."""
+    config = dataclasses.replace(base, num_envs=num_envs, imitation_steps=0)
+    setup = ppo.make_setup(config)
+    runner = jax.jit(lambda k: ppo.init_runner(setup, k))(jax.random.key(0))
+    update = jax.jit(ppo.make_update(setup))
+
+    @jax.jit
+    def rollout(net_params, key):
+        platforms = ppo.sample_platforms(setup, key, num_envs)
+        traj = ppo._rollout(setup, net_params, key, ppo._env_params(setup, platforms),
+                            config.epsilon)  # fmt: skip
+        return traj.reward.sum()
+
+    t0 = time.perf_counter()
+    state = {"runner": _block(update(runner))[0]}
+    compile_s = time.perf_counter() - t0
+
+    def one_update():
+        state["runner"] = _block(update(state["runner"]))[0]
+
+    _block(rollout(runner.params, jax.random.key(1)))
+    t_update = timeit(one_update, repeats=repeats, min_time=0.5)
+    t_rollout = timeit(lambda: _block(rollout(runner.params, jax.random.key(1))),
+                       repeats=repeats, min_time=0.5)  # fmt: skip
+    steps = num_envs * setup.episode_len
+    return {
+        "num_envs": num_envs,
+        "episode_steps": setup.episode_len,
+        "update_s": t_update,
+        "train_steps_per_s": steps / t_update,
+        "rollout_steps_per_s": steps / t_rollout,
+        "rollout_share": t_rollout / t_update,
+        "compile_s": compile_s,
+    }
+
+
+def bench_seeds(base: ppo.PPOConfig, seeds: int, repeats: int) -> dict:
+    """vmap over `seeds` seeds vs a Python loop over the same jitted single-seed train."""
+    train = ppo.make_train(base)
+    one = jax.jit(train)
+    many = jax.jit(jax.vmap(train))
+    keys = jax.random.split(jax.random.key(0), seeds)
+    t0 = time.perf_counter()
+    _block(many(keys))
+    compile_vmap = time.perf_counter() - t0
+    _block(one(keys[0]))
+    t_vmap = timeit(lambda: _block(many(keys)), repeats=repeats, min_time=0.0)
+
+    def loop():
+        for k in keys:
+            _block(one(k))
+
+    t_loop = timeit(loop, repeats=repeats, min_time=0.0)
+    return {
+        "seeds": seeds,
+        "num_envs": base.num_envs,
+        "num_updates": base.num_updates,
+        "vmap_s": t_vmap,
+        "loop_s": t_loop,
+        "seeds_per_s_vmap": seeds / t_vmap,
+        "seeds_per_s_loop": seeds / t_loop,
+        "speedup": t_loop / t_vmap,
+        "compile_vmap_s": compile_vmap,
+    }
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="bert-base")
+    ap.add_argument("--platform", default="edge")
+    ap.add_argument("--num-envs", type=int, nargs="+", default=[64, 256, 1024, 4096])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[2, 4, 8])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.num_envs, args.seeds, args.repeats = [64, 256], [2], 1
+
+    base = ppo.PPOConfig(model=args.model, platform=args.platform)
+    console = Console()
+    rows = []
+    for n in args.num_envs:
+        rows.append(bench_updates(base, n, args.repeats))
+        console.print(f"num_envs={n}: {rows[-1]['train_steps_per_s']:,.0f} env steps/s")
+    seed_cfg = dataclasses.replace(base, num_envs=256, num_updates=4, imitation_steps=0)
+    seed_rows = []
+    for s in args.seeds:
+        seed_rows.append(bench_seeds(seed_cfg, s, args.repeats))
+        console.print(f"seeds={s}: {seed_rows[-1]['speedup']:.2f}x over a loop")
+
+    table = Table(title=f"PPO training throughput, {args.model} on {args.platform} (CPU)")
+    for col in ("num_envs", "s / update", "env steps/s (training)", "env steps/s (rollout "
+                "only)", "rollout share", "compile s"):  # fmt: skip
+        table.add_column(col, justify="right")
+    for r in rows:
+        table.add_row(str(r["num_envs"]), f"{r['update_s']:.2f}",
+                      f"{r['train_steps_per_s']:,.0f}", f"{r['rollout_steps_per_s']:,.0f}",
+                      f"{r['rollout_share']:.0%}", f"{r['compile_s']:.1f}")  # fmt: skip
+    console.print(table)
+    table = Table(title=f"Seeds in one call: vmap(train) vs a loop ({seed_cfg.num_envs} envs, "
+                  f"{seed_cfg.num_updates} updates per seed)")  # fmt: skip
+    for col in ("seeds", "seeds/s vmap", "seeds/s loop", "speedup", "compile s"):
+        table.add_column(col, justify="right")
+    for r in seed_rows:
+        table.add_row(str(r["seeds"]), f"{r['seeds_per_s_vmap']:.2f}",
+                      f"{r['seeds_per_s_loop']:.2f}", f"{r['speedup']:.2f}x",
+                      f"{r['compile_vmap_s']:.1f}")  # fmt: skip
+    console.print(table)
+    doc = {
+        "benchmark": "train",
+        "command": "python benchmarks/bench_train.py "
+        + " ".join(sys.argv[1:] if argv is None else argv),  # fmt: skip
+        "model": args.model,
+        "platform": args.platform,
+        "config": dataclasses.asdict(base),
+        "machine": machine(),
+        "updates": rows,
+        "seeds": seed_rows,
+        "seed_config": {"num_envs": seed_cfg.num_envs, "num_updates": seed_cfg.num_updates},
+        "speedup_is": "seeds: loop over jitted train / vmap(train), same run",
+    }
+    path = write_json("train", doc)
+    console.print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+"""Ablations of the training job: the default run against runs with one option changed.
+
+    .venv/bin/python scripts/ablate.py [--out runs/ablate] [--held-out 256] [--variants ...]
+
+Each variant is a full `hetjax train` run (same seed, same validation and held-out platforms)
+in OUT/<variant>; runs that finished are reused, killed ones resume. The exact teacher's
+episodes depend only on the seed and `imitation_platforms`, so they are solved once and shared.
+Prints a table of the validation gap after imitation and along PPO, the held-out gap and the
+wall time, and writes OUT/ablations.json (atomically) and OUT/ablations.png (validation gap
+per update of every variant).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import shutil
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from hetjax.agents.commands import train_job
+from hetjax.agents.ppo import PPOConfig
+from hetjax.io import save_figure, write_json
+
+VARIANTS = {
+    "default": {},
+    "imitation off": {"imitation_steps": 0},
+    "epsilon 0": {"epsilon": 0.0},
+    "gae advantage": {"advantage": "gae"},
+    "attention encoder": {"encoder": "attention"},
+}
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=Path("runs/ablate"))
+    ap.add_argument("--held-out", type=int, default=256)
+    ap.add_argument("--variants", nargs="+", default=["default", "imitation off", "epsilon 0"],
+                    choices=list(VARIANTS))  # fmt: skip
+    args = ap.parse_args(argv)
+    console = Console()
+    results = {}
+    for name in args.variants:
+        config = dataclasses.replace(PPOConfig(), **VARIANTS[name])
+        run_dir = args.out / name.replace(" ", "_")
+        shared = args.out / f"teacher_{config.imitation_platforms}.npz"
+        if config.imitation_steps and shared.exists() and not (run_dir / "teacher.npz").exists():
+            run_dir.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(shared, run_dir / "teacher.npz")
+        console.print(f"[bold]{name}[/bold]: {VARIANTS[name] or 'PPOConfig defaults'}")
+        doc = train_job(config, run_dir, resume=True, held_out=args.held_out, progress=False)
+        if config.imitation_steps and not shared.exists():
+            shutil.copyfile(run_dir / "teacher.npz", shared)
+        rows = _read_rows(run_dir / "metrics.csv")
+        results[name] = {
+            "change": VARIANTS[name],
+            "val_gap_curve": [(r["update"], r["val_gap_pct"]) for r in rows],
+            "held_out_mean_gap_pct": doc["held_out"]["policy"]["mean_gap_pct"],
+            "held_out_median_gap_pct": doc["held_out"]["policy"]["median_gap_pct"],
+            "held_out_within_1pct": doc["held_out"]["policy"]["within_1pct"],
+            "preset_gap_pct": doc["preset"]["gap_pct"],
+            "wall_s": doc["training"]["wall_s"],
+        }
+    table = Table(title="ablations: gap to the exact optimum (%)")
+    for col in ("variant", "val after imitation", "val at end", "held-out mean", "held-out "
+                "median", "within 1 %", "preset", "train wall s"):  # fmt: skip
+        table.add_column(col, justify="right")
+    for name, r in results.items():
+        curve = r["val_gap_curve"]
+        first = f"{curve[0][1]:.2f}" if VARIANTS[name].get("imitation_steps", 1) else "-"
+        table.add_row(name, first, f"{curve[-1][1]:.2f}", f"{r['held_out_mean_gap_pct']:.2f}",
+                      f"{r['held_out_median_gap_pct']:.2f}",
+                      f"{100 * r['held_out_within_1pct']:.0f}%", f"{r['preset_gap_pct']:.2f}",
+                      f"{r['wall_s']:.0f}")  # fmt: skip
+    console.print(table)
+    write_json(args.out / "ablations.json", results)
+    _plot(results, args.out / "ablations.png")
+    console.print(f"wrote {args.out}/ablations.json and ablations.png")
+
+
+def _read_rows(path: Path) -> list[dict]:
+    import csv
+
+    with path.open() as fh:
+        return [{"update": int(r["update"]), "val_gap_pct": float(r["val_gap_pct"])}
+                for r in csv.DictReader(fh)]  # fmt: skip
+
+
+def _plot(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for name, r in results.items():
+        x, y = zip(*r["val_gap_curve"], strict=True)
+        ax.plot(x, y, marker="o", markersize=3, label=name)
+    ax.set_xlabel("PPO update (0 = after imitation)")
+    ax.set_ylabel("validation gap to the exact optimum (%)")
+    ax.set_yscale("symlog", linthresh=1.0)
+    ax.legend()
+    save_figure(fig, path)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    main()
