@@ -1,8 +1,7 @@
 """The PPO agent: exploration mixture, masking, imitation, vmap over seeds, resume.
 
-The tests that compile the whole training loop take minutes on two cores (the environment's
-step is compiled inside several scans); they are opt-in with `--slow` until that compile time
-comes down. The cheap ones always run.
+The tests that compile the training loop use a tiny config (bert-tiny, 8 environments, width
+16); all of them together take about two minutes on two cores.
 """
 
 import dataclasses
@@ -62,7 +61,6 @@ def test_sampling_follows_the_mixture():
     assert freq[3] == 0.0  # never an illegal action
 
 
-@pytest.mark.slow
 def test_first_epoch_ratio_is_one(setup):
     runner = jax.jit(lambda k: ppo.init_runner(setup, k))(jax.random.key(0))
     params = ppo._env_params(setup, ppo.sample_platforms(setup, jax.random.key(1), 8))
@@ -76,7 +74,6 @@ def test_first_epoch_ratio_is_one(setup):
     assert traj.valid[-1].all() and traj.done[-1].all()  # one full episode per env
 
 
-@pytest.mark.slow
 def test_imitation_lowers_loss_and_ppo_starts_from_the_clone(setup, teacher):
     cfg = dataclasses.replace(TINY, num_updates=0)
     out = jax.jit(ppo.make_train(cfg, teacher))(jax.random.key(3))
@@ -89,7 +86,6 @@ def test_imitation_lowers_loss_and_ppo_starts_from_the_clone(setup, teacher):
     assert all(jax.tree.leaves(same))
 
 
-@pytest.mark.slow
 def test_vmap_over_seeds(teacher):
     train = ppo.make_train(TINY, teacher)
     out = jax.jit(jax.vmap(train))(jax.random.split(jax.random.key(0), 2))
@@ -101,7 +97,6 @@ def test_vmap_over_seeds(teacher):
     assert any(not np.array_equal(x, y) for x, y in zip(a, b, strict=True))
 
 
-@pytest.mark.slow
 def test_resume_reaches_the_same_result(tmp_path):
     cfg = dataclasses.replace(TINY, num_updates=4, imitation_steps=0)
     full = agents.Trainer(cfg, tmp_path / "full", chunk=2, validation=2)
@@ -117,7 +112,6 @@ def test_resume_reaches_the_same_result(tmp_path):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
-@pytest.mark.slow
 def test_rerun_without_resume_is_refused(tmp_path):
     from hetjax.errors import CheckpointError
 
@@ -130,7 +124,6 @@ def test_rerun_without_resume_is_refused(tmp_path):
         agents.Trainer(other, tmp_path, chunk=2, validation=2).run(progress=False, resume=True)
 
 
-@pytest.mark.slow
 def test_greedy_baseline_advantage_is_return_minus_greedy_return(setup):
     runner = jax.jit(lambda k: ppo.init_runner(setup, k))(jax.random.key(0))
     platforms = ppo.sample_platforms(setup, jax.random.key(1), 8)
@@ -158,3 +151,22 @@ def test_config_rejects_unknown_choices():
     for bad in ({"advantage": "td"}, {"encoder": "rnn"}, {"epsilon": 1.0}):
         with pytest.raises(hj.HetjaxError, match=next(iter(bad))):
             ppo.make_setup(dataclasses.replace(TINY, **bad))
+
+
+def test_train_job_writes_the_report_and_place_reads_it(tmp_path):
+    from hetjax import baselines
+    from hetjax.agents.commands import load_policy, train_job
+
+    cfg = dataclasses.replace(TINY, num_updates=2)
+    doc = train_job(cfg, tmp_path, held_out=4, chunk=2, progress=False)
+    for name in ("config.json", "report.json", "metrics.csv", "checkpoint.msgpack",
+                 "best.msgpack", "learning_curve.png", "load_distribution.png"):  # fmt: skip
+        assert (tmp_path / name).stat().st_size > 0, name
+    held = doc["held_out"]
+    assert held["n"] == 4 and np.isfinite(held["policy"]["mean_gap_pct"])
+    assert held["policy"]["mean_gap_pct"] >= -1e-6  # nothing beats the exact optimum
+    assert set(held["baselines"]) == set(baselines.STRATEGIES)
+    assert doc["preset"]["gap_pct"] >= -1e-6
+    assert doc["training"]["selected_update"] in (0, 2)
+    config, params = load_policy(tmp_path)
+    assert config == cfg and jax.tree.structure(params) is not None
