@@ -3,8 +3,10 @@
     .venv/bin/python scripts/ablate.py [--out runs/ablate] [--held-out 256] [--variants ...]
 
 Each variant is a full `hetjax train` run (same seed, same validation and held-out platforms)
-in OUT/<variant>; runs that finished are reused, killed ones resume. The exact teacher's
-episodes depend only on the seed and `imitation_platforms`, so they are solved once and shared.
+in OUT/<variant>; runs that finished (report.json written) are reused, killed ones resume.
+The exact teacher's episodes depend only on the seed and `imitation_platforms`, so they are
+solved once and shared; a variant that changes only PPO-phase options (epsilon, advantage, ...)
+starts PPO from the default run's clone, which is the network it would have cloned itself.
 Prints a table of the validation gap after imitation and along PPO, the held-out gap and the
 wall time, and writes OUT/ablations.json (atomically) and OUT/ablations.png (validation gap
 per update of every variant).
@@ -14,21 +16,25 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import shutil
 from pathlib import Path
 
+import jax
 from rich.console import Console
 from rich.table import Table
 
+from hetjax.agents import ppo
 from hetjax.agents.commands import train_job
 from hetjax.agents.ppo import PPOConfig
+from hetjax.agents.trainer import load_checkpoint, save_checkpoint
 from hetjax.io import save_figure, write_json
 
 VARIANTS = {
     "default": {},
     "imitation off": {"imitation_steps": 0},
     "epsilon 0": {"epsilon": 0.0},
-    "gae advantage": {"advantage": "gae"},
+    "greedy-baseline advantage": {"advantage": "greedy_baseline"},
     "attention encoder": {"encoder": "attention"},
 }
 
@@ -49,8 +55,13 @@ def main(argv=None) -> None:
         if config.imitation_steps and shared.exists() and not (run_dir / "teacher.npz").exists():
             run_dir.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(shared, run_dir / "teacher.npz")
+        _start_from_default_clone(args.out, run_dir, config)
         console.print(f"[bold]{name}[/bold]: {VARIANTS[name] or 'PPOConfig defaults'}")
-        doc = train_job(config, run_dir, resume=True, held_out=args.held_out, progress=False)
+        report = run_dir / "report.json"  # written last, atomically: the run is complete
+        if report.exists():
+            doc = json.loads(report.read_text())
+        else:
+            doc = train_job(config, run_dir, resume=True, held_out=args.held_out, progress=False)
         if config.imitation_steps and not shared.exists():
             shutil.copyfile(run_dir / "teacher.npz", shared)
         rows = _read_rows(run_dir / "metrics.csv")
@@ -78,6 +89,32 @@ def main(argv=None) -> None:
     write_json(args.out / "ablations.json", results)
     _plot(results, args.out / "ablations.png")
     console.print(f"wrote {args.out}/ablations.json and ablations.png")
+
+
+# Options that act only after cloning: a variant changing only these starts PPO from the
+# default run's clone (the same network the variant would clone itself, seed for seed).
+_PPO_ONLY = {"epsilon", "advantage", "lr", "ent_coef", "clip_eps", "num_updates", "gae_lambda"}
+
+
+def _start_from_default_clone(out: Path, run_dir: Path, config: PPOConfig) -> None:
+    default = out / "default"
+    changed = {k for k, v in dataclasses.asdict(config).items()
+               if v != getattr(PPOConfig(), k)}  # fmt: skip
+    clone = default / "imitation.msgpack"
+    if not changed or not changed <= _PPO_ONLY or not clone.exists():
+        return
+    if (run_dir / "checkpoint.msgpack").exists():
+        return  # started already: resume it
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for name in ("teacher.npz", "validation.npz", "imitation.msgpack"):
+        shutil.copyfile(default / name, run_dir / name)
+    setup = ppo.make_setup(config)
+    template = jax.jit(lambda k: ppo.init_runner(setup, k))(jax.random.key(0))
+    runner, extra = load_checkpoint(clone, template)
+    imitation = extra["rows"][0]
+    save_checkpoint(run_dir / "best.msgpack", runner,
+                    {"val_gap_pct": imitation["val_gap_pct"], "update": 0})  # fmt: skip
+    shutil.copyfile(clone, run_dir / "checkpoint.msgpack")
 
 
 def _read_rows(path: Path) -> list[dict]:

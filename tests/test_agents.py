@@ -86,6 +86,54 @@ def test_imitation_lowers_loss_and_ppo_starts_from_the_clone(setup, teacher):
     assert all(jax.tree.leaves(same))
 
 
+def test_imitation_fits_the_value_head_to_the_teachers_return(setup, teacher):
+    clone, loss_fn, observe = ppo.make_imitation(setup, teacher)
+    runner = jax.jit(lambda k: ppo.init_runner(setup, k))(jax.random.key(3))
+    obs, to_go = jax.jit(observe)(jax.random.key(0))
+    # gamma = 1 and a terminal reward: the return to go of every step is the episode's score
+    final = np.asarray(to_go).reshape(setup.episode_len, -1)
+    np.testing.assert_allclose(final, np.broadcast_to(final[0], final.shape), rtol=1e-6)
+
+    def value_error(params):
+        _, v = jax.vmap(setup.network.apply, in_axes=(None, 0))(params, obs)
+        return float(jnp.mean((v - to_go) ** 2))
+
+    longer = dataclasses.replace(TINY, imitation_steps=40)
+    cloned = jax.jit(ppo.make_imitation(ppo.make_setup(longer), teacher)[0])(runner)[0]
+    assert value_error(cloned.params) < 0.5 * value_error(runner.params)
+    off = dataclasses.replace(longer, imitation_vf_coef=0.0)
+    untouched = jax.jit(ppo.make_imitation(ppo.make_setup(off), teacher)[0])(runner)[0]
+    # the trunk is shared, so cloning alone moves the value too, but does not fit it
+    assert value_error(cloned.params) < 0.5 * value_error(untouched.params)
+
+
+def test_best_of_k_is_at_least_greedy_and_its_plan_scores_what_it_says(setup):
+    import hetjax as hj
+
+    runner = jax.jit(lambda k: ppo.init_runner(setup, k))(jax.random.key(0))
+    platforms = ppo.sample_platforms(setup, jax.random.key(1), 6)
+    greedy, _ = jax.jit(lambda p, k: ppo.greedy_rollout(setup, p, k, platforms))(
+        runner.params, jax.random.key(2)
+    )
+    best, actions = jax.jit(lambda p, k: ppo.best_of_k_rollout(setup, p, k, platforms, 8))(
+        runner.params, jax.random.key(2)
+    )
+    assert (np.asarray(best) >= np.asarray(greedy) - 1e-6).all()
+    assert (
+        np.asarray(best) > np.asarray(greedy) + 1e-6
+    ).any()  # an untrained policy: sampling helps
+    g, c = setup.graph, setup.config
+    for i in range(6):
+        p = jax.tree.map(lambda x, i=i: x[i], platforms)
+        a = np.asarray(actions)[:, i]
+        blocks = np.zeros(g.m_max, np.int32)
+        blocks[: setup.episode_len - 1] = a[1:]
+        plan = hj.Plan.from_blocks(g, jnp.asarray(blocks), c.batches[int(a[0])])
+        ref = hj.evaluate(g, p, hj.reference_plan(g))
+        s = float(hj.score(hj.evaluate(g, p, plan), ref, c.weights))
+        assert s == pytest.approx(float(best[i]), rel=1e-5)
+
+
 def test_vmap_over_seeds(teacher):
     train = ppo.make_train(TINY, teacher)
     out = jax.jit(jax.vmap(train))(jax.random.split(jax.random.key(0), 2))
@@ -160,11 +208,14 @@ def test_train_job_writes_the_report_and_place_reads_it(tmp_path):
     cfg = dataclasses.replace(TINY, num_updates=2)
     doc = train_job(cfg, tmp_path, held_out=4, chunk=2, progress=False)
     for name in ("config.json", "report.json", "metrics.csv", "checkpoint.msgpack",
-                 "best.msgpack", "learning_curve.png", "load_distribution.png"):  # fmt: skip
+                 "best.msgpack", "imitation.msgpack", "learning_curve.png",
+                 "load_distribution.png"):  # fmt: skip
         assert (tmp_path / name).stat().st_size > 0, name
     held = doc["held_out"]
     assert held["n"] == 4 and np.isfinite(held["policy"]["mean_gap_pct"])
     assert held["policy"]["mean_gap_pct"] >= -1e-6  # nothing beats the exact optimum
+    sampled = held["policy_best_of_k"]
+    assert sampled["k"] == 16 and -1e-6 <= sampled["mean_gap_pct"] <= held["policy"]["mean_gap_pct"]
     assert set(held["baselines"]) == set(baselines.STRATEGIES)
     assert doc["preset"]["gap_pct"] >= -1e-6
     assert doc["training"]["selected_update"] in (0, 2)

@@ -14,7 +14,8 @@ __all__ = ["register", "train_job", "load_policy"]
 
 
 def train_job(config, out: Path, *, resume: bool = False, held_out: int = 256, chunk: int = 10,
-              progress: bool = True, stop_after: int | None = None) -> dict | None:  # fmt: skip
+              best_of: int = 16, progress: bool = True,
+              stop_after: int | None = None) -> dict | None:  # fmt: skip
     """Train, then write the report, the PNGs and report.json into `out` (returns the report;
     None when stopped early by `stop_after`). The report judges the validation-selected
     policy (`Trainer.best`)."""
@@ -29,7 +30,9 @@ def train_job(config, out: Path, *, resume: bool = False, held_out: int = 256, c
     setup = trainer.setup
     best, selected = trainer.best()  # model selection on the validation platforms
     preset, plan, opt_plan = report.preset_report(setup, best.params)
-    held = report.held_out_report(setup, best.params, trainer.keys["held_out"], held_out)
+    held = report.held_out_report(
+        setup, best.params, trainer.keys["held_out"], held_out, best_of=best_of
+    )
     doc = {"config": dataclasses.asdict(config), "preset": preset, "held_out": held,
            "training": {"updates": int(runner.update), "wall_s": rows[-1]["wall_s"],
                         "selected_update": selected["update"],
@@ -84,6 +87,9 @@ def register(app) -> None:
         encoder: Annotated[str | None, typer.Option(help="deepsets | attention")] = None,
         held_out: Annotated[int, typer.Option(help="held-out platforms")] = 256,
         chunk: Annotated[int, typer.Option(help="PPO updates per jitted chunk")] = 10,
+        best_of: Annotated[
+            int, typer.Option(help="held-out row: best of the greedy and K sampled plans")
+        ] = 16,
         seed: Annotated[int, typer.Option(help="PRNG seed")] = 0,
         out: Annotated[Path, typer.Option(help="run directory")] = Path("runs/train"),
         resume: Annotated[bool, typer.Option(help="continue the run in --out")] = False,
@@ -98,7 +104,7 @@ def register(app) -> None:
                      advantage=advantage, encoder=encoder)  # fmt: skip
         config = PPOConfig(model=model, platform=platform, seed=seed,
                            **{k: v for k, v in given.items() if v is not None})  # fmt: skip
-        doc = train_job(config, out, resume=resume, held_out=held_out, chunk=chunk)
+        doc = train_job(config, out, resume=resume, held_out=held_out, chunk=chunk, best_of=best_of)
         p, h = doc["preset"], doc["held_out"]
         t = Table(title=f"learned policy: {model} on {platform}")
         t.add_column("metric")
@@ -116,7 +122,11 @@ def register(app) -> None:
         t2 = Table(title=f"zero-shot on {h['n']} held-out platforms: gap to the exact optimum")
         for col in ("method", "mean gap %", "median gap %", "within 1 %", "wall s"):
             t2.add_column(col, justify="right")
-        for name, s in [("PPO policy", h["policy"]), *h["baselines"].items()]:
+        methods = [("PPO policy (greedy)", h["policy"])]
+        if "policy_best_of_k" in h:
+            k = h["policy_best_of_k"]["k"]
+            methods.append((f"PPO policy, best of {k} samples", h["policy_best_of_k"]))
+        for name, s in [*methods, *h["baselines"].items()]:
             t2.add_row(name, f"{s['mean_gap_pct']:.2f}", f"{s['median_gap_pct']:.2f}",
                        f"{100 * s['within_1pct']:.1f}", f"{s['wall_s']:.2f}")  # fmt: skip
         console.print(t2)

@@ -39,6 +39,7 @@ __all__ = [
     "behaviour_log_prob",
     "sample_platforms",
     "greedy_rollout",
+    "best_of_k_rollout",
 ]
 
 
@@ -75,6 +76,7 @@ class PPOConfig:
     imitation_platforms: int = 2048  # platforms the teacher solves
     imitation_batch: int = 1024  # (observation, action) pairs per cloning step
     imitation_lr: float = 1e-3
+    imitation_vf_coef: float = 0.5  # value head fitted to the teacher's returns; 0 = off
     encoder: str = "deepsets"  # block summary: "deepsets" (pooled MLP) or "attention"
     width: int = 128
     heads: int = 4  # attention encoder only
@@ -223,6 +225,28 @@ def greedy_rollout(setup: Setup, net_params, key, platforms):
     return score, traj.action
 
 
+def best_of_k_rollout(setup: Setup, net_params, key, platforms, k: int):
+    """Scores f32[E] and actions int32[T, E] of the best of the greedy episode and `k` episodes
+    sampled from the policy (epsilon 0) on each platform: the policy as a search heuristic,
+    k + 1 simulations per platform. Samples run one after another (`lax.map`) to bound
+    memory."""
+    params = _env_params(setup, platforms)
+
+    def episode(kk, greedy):
+        traj = _rollout(setup, net_params, kk, params, 0.0, greedy=greedy)
+        return jnp.sum(jnp.where(traj.done & traj.valid, traj.score, 0.0), 0), traj.action
+
+    best = episode(key, True)
+
+    def keep_better(best, kk):
+        s, a = episode(kk, False)
+        better = s > best[0]
+        return (jnp.where(better, s, best[0]), jnp.where(better[None], a, best[1])), None
+
+    (score, actions), _ = jax.lax.scan(keep_better, best, jax.random.split(key, k))
+    return score, actions
+
+
 def _gae(traj: Transition, gamma, lam):
     def back(carry, t):
         gae, next_value = carry
@@ -322,32 +346,40 @@ def teacher_from_plans(setup: Setup, platforms, batch_index, block_placement) ->
 
 
 def make_imitation(setup: Setup, teacher: Teacher):
-    """clone(runner) -> (runner, losses f32[S]): cross-entropy on the teacher's actions."""
+    """clone(runner) -> (runner, losses f32[S]): cross-entropy on the teacher's actions, plus
+    (`imitation_vf_coef` > 0) a squared error pulling the value head to the teacher's return
+    to go, so PPO's first advantages come from a fitted critic rather than a random one."""
     c = setup.config
     env, net = setup.env, setup.network
     params = _env_params(setup, teacher.platforms)
     k = teacher.actions.shape[0]
 
-    def observe(key):  # replay the teacher's episodes, keep every observation
+    def observe(key):  # replay the teacher's episodes: every observation and return to go
         obs, state = jax.vmap(env.reset)(jax.random.split(key, k), params)
 
         def step(carry, a):
             obs, state = carry
-            obs2, state, *_ = jax.vmap(env.step)(jax.random.split(key, k), state, a, params)
-            return (obs2, state), obs
+            obs2, state, reward, *_ = jax.vmap(env.step)(jax.random.split(key, k), state, a,
+                                                         params)  # fmt: skip
+            return (obs2, state), (obs, reward)
 
-        _, seen = jax.lax.scan(step, (obs, state), teacher.actions.T)
-        return jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), seen)
+        _, (seen, rewards) = jax.lax.scan(step, (obs, state), teacher.actions.T)
+        to_go = jnp.flip(jnp.cumsum(jnp.flip(rewards, 0), 0), 0)  # [T, K], gamma = 1
+        flat = lambda x: x.reshape((-1,) + x.shape[2:])  # noqa: E731
+        return jax.tree.map(flat, seen), flat(to_go)
 
     tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(c.imitation_lr))
 
-    def loss_fn(p, obs, action):
-        logits, _ = jax.vmap(net.apply, in_axes=(None, 0))(p, obs)
-        return optax.softmax_cross_entropy_with_integer_labels(logits, action).mean()
+    def loss_fn(p, obs, action, target=None):
+        logits, value = jax.vmap(net.apply, in_axes=(None, 0))(p, obs)
+        ce = optax.softmax_cross_entropy_with_integer_labels(logits, action).mean()
+        if target is None or c.imitation_vf_coef == 0:
+            return ce
+        return ce + c.imitation_vf_coef * jnp.mean((value - target) ** 2)
 
     def clone(runner: RunnerState):
         key, k_obs, k_steps = jax.random.split(runner.key, 3)
-        obs = observe(k_obs)
+        obs, to_go = observe(k_obs)
         actions = teacher.actions.T.reshape(-1)
         size = actions.shape[0]
 
@@ -355,7 +387,7 @@ def make_imitation(setup: Setup, teacher: Teacher):
             p, s = carry
             idx = jax.random.randint(kk, (min(c.imitation_batch, size),), 0, size)
             loss, g = jax.value_and_grad(loss_fn)(p, jax.tree.map(lambda x: x[idx], obs),
-                                                  actions[idx])  # fmt: skip
+                                                  actions[idx], to_go[idx])  # fmt: skip
             u, s = tx.update(g, s, p)
             return (optax.apply_updates(p, u), s), loss
 

@@ -73,8 +73,9 @@ def preset_report(setup: ppo.Setup, params) -> tuple[dict, hj.Plan, hj.Plan]:
     return rep, plan, opt_plan
 
 
-def held_out_report(setup: ppo.Setup, params, key, n: int) -> dict:
-    """Zero-shot on n platforms sampled from a stream training never used."""
+def held_out_report(setup: ppo.Setup, params, key, n: int, best_of: int = 0) -> dict:
+    """Zero-shot on n platforms sampled from a stream training never used: the greedy policy,
+    (best_of > 0) the best of it and `best_of` sampled plans, and every baseline strategy."""
     c = setup.config
     platforms = ppo.sample_platforms(setup, key, n)
     t0 = time.perf_counter()
@@ -89,6 +90,13 @@ def held_out_report(setup: ppo.Setup, params, key, n: int) -> dict:
     out = {"n": n, "exact_wall_s": exact_s,
            "policy": {**_summary(gap_pct(scores, optimum)), "wall_s": policy_s},
            "baselines": {}}  # fmt: skip
+    if best_of > 0:
+        t0 = time.perf_counter()
+        scores, _ = jax.jit(lambda p, k, pl: ppo.best_of_k_rollout(setup, p, k, pl, best_of))(
+            params, jax.random.fold_in(key, 2), platforms
+        )
+        out["policy_best_of_k"] = {**_summary(gap_pct(np.asarray(scores), optimum)),
+                                   "k": best_of, "wall_s": time.perf_counter() - t0}  # fmt: skip
     g = setup.graph
     refs = jax.vmap(lambda p: hj.evaluate(g, p, hj.reference_plan(g)))(platforms)
     for name, strategy in baselines.STRATEGIES.items():

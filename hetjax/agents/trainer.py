@@ -13,6 +13,7 @@ platforms come from their own PRNG stream, disjoint from training and from the h
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -185,6 +186,8 @@ class Trainer:
                          "wall_s": time.perf_counter() - t_start})  # fmt: skip
             imitation_done = True
             checkpoint(runner, rows[-1]["val_gap_pct"])
+            # the clone alone, so variants that change only PPO settings can start from it
+            shutil.copyfile(ckpt, self.out / "imitation.msgpack")
         update = ppo.make_update(self.setup)
         chunk_fns = {}  # length -> jitted scan of that many updates (the last may be shorter)
 
