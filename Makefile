@@ -30,6 +30,7 @@ format: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_cost.py
 	$(BIN)/python benchmarks/bench_exact.py
+	$(BIN)/python benchmarks/bench_exact_many.py
 	$(BIN)/python benchmarks/bench_env.py
 	$(BIN)/python benchmarks/bench_train.py
 

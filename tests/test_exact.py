@@ -328,3 +328,30 @@ def test_input_errors():
     small = p.replace(mem_capacity=jnp.asarray([1e3, 1e12, 1.0], jnp.float32))
     with pytest.raises(hj.PlatformError, match="reference plan"):
         ex.optimal_score(g, small, (1,))
+
+
+# --- many platforms, in worker processes --------------------------------------------------------
+
+
+def test_optimal_scores_workers_match_one_process(monkeypatch):
+    import hetjax.exact._batch as batch_mod
+
+    monkeypatch.setattr(batch_mod, "_MIN_PER_WORKER", 1)  # two workers for a few platforms
+    g = random_chain(np.random.default_rng(7), 4)
+    ps = hj.hardware.sample(jax.random.key(1), 5, base="edge")
+    one_plans, one = ex.optimal_scores(g, ps, BATCHES, workers=1)
+    two_plans, two = ex.optimal_scores(g, ps, BATCHES, workers=2)
+    np.testing.assert_array_equal(one, two)
+    np.testing.assert_array_equal(np.asarray(one_plans.placement), np.asarray(two_plans.placement))
+    np.testing.assert_array_equal(np.asarray(one_plans.batch), np.asarray(two_plans.batch))
+    for i, p in enumerate(hj.hardware.unstack(ps)):
+        plan, s = ex.optimal_score(g, p, BATCHES)
+        assert s == one[i]
+        np.testing.assert_array_equal(
+            np.asarray(plan.placement), np.asarray(one_plans.placement[i])
+        )
+    bad = ps.replace(mem_capacity=ps.mem_capacity.at[3, 0].set(1e3))  # ref plan cannot fit
+    with pytest.raises(hj.PlatformError, match="platform 3.*reference plan"):
+        ex.optimal_scores(g, bad, BATCHES, workers=2)
+    with pytest.raises(hj.PlanError, match="workers=0"):
+        ex.optimal_scores(g, ps, BATCHES, workers=0)

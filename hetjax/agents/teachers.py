@@ -6,7 +6,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-import hetjax as hj
 from hetjax import baselines, exact
 from hetjax.agents.ppo import Setup, Teacher, sample_platforms, teacher_from_plans
 
@@ -27,16 +26,13 @@ def plan_to_actions(setup: Setup, plans):
     return index.astype(np.int32), placement.astype(np.int32)
 
 
-def exact_scores(setup: Setup, platforms) -> tuple[np.ndarray, object]:
-    """Exact optimal scores f32[K] and plans (Plan [K, N]) on each platform (host search)."""
+def exact_scores(setup: Setup, platforms, workers: int | None = None) -> tuple[np.ndarray, object]:
+    """Exact optimal scores f64[K] and plans (Plan [K, N]) on each platform (host search in
+    `workers` processes; see `hj.exact.optimal_scores`)."""
     c = setup.config
-    scores, plans = [], []
-    for p in hj.hardware.unstack(platforms):
-        plan, s = exact.optimal_score(setup.graph, p, batches=c.batches, weights=c.weights)
-        scores.append(float(s))
-        plans.append(plan)
-    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *plans)
-    return np.asarray(scores), stacked
+    plans, scores = exact.optimal_scores(setup.graph, platforms, c.batches, c.weights,
+                                         workers=workers)  # fmt: skip
+    return scores, plans
 
 
 def make_teacher(setup: Setup, key, n: int | None = None, kind: str | None = None) -> Teacher:

@@ -3,11 +3,13 @@
 - `optimal_latency`: the latency-optimal placement at one batch (dynamic program).
 - `optimal_score`: the exact SPEC-score optimum over placements and a batch set (labels with
   dominance pruning and a bound against an incumbent).
+- `optimal_scores`: `optimal_score` of one graph on many platforms, in parallel processes.
 - `pareto_front`: the exact Pareto front over (latency, throughput, energy) and the batch set.
 - `enumerate_plans`: exhaustive, chunked JAX enumeration for small problems (the reference).
 - `check_chain`: the SPEC chain conditions the exact solvers need (`hj.NotAChainError`).
 """
 
+from hetjax.exact._batch import default_workers, optimal_scores
 from hetjax.exact._chain import DEFAULT_BATCHES, check_chain
 from hetjax.exact._enumerate import MAX_PLANS, Enumeration, enumerate_plans
 from hetjax.exact._solvers import optimal_latency, optimal_score, pareto_front
@@ -17,8 +19,10 @@ __all__ = [
     "MAX_PLANS",
     "Enumeration",
     "check_chain",
+    "default_workers",
     "enumerate_plans",
     "optimal_latency",
     "optimal_score",
+    "optimal_scores",
     "pareto_front",
 ]
