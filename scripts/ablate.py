@@ -60,6 +60,7 @@ def main(argv=None) -> None:
         report = run_dir / "report.json"  # written last, atomically: the run is complete
         if report.exists():
             doc = json.loads(report.read_text())
+            _check_reusable(run_dir, config, doc, args.held_out)
         else:
             doc = train_job(config, run_dir, resume=True, held_out=args.held_out, progress=False)
         if config.imitation_steps and not shared.exists():
@@ -89,6 +90,19 @@ def main(argv=None) -> None:
     write_json(args.out / "ablations.json", results)
     _plot(results, args.out / "ablations.png")
     console.print(f"wrote {args.out}/ablations.json and ablations.png")
+
+
+def _check_reusable(run_dir: Path, config: PPOConfig, doc: dict, held_out: int) -> None:
+    """A finished run is reused only if it is the run this variant asks for today."""
+    theirs = json.loads((run_dir / "config.json").read_text())["ppo"]
+    mine = json.loads(json.dumps(dataclasses.asdict(config)))
+    diff = sorted(k for k in mine if theirs.get(k) != mine[k])
+    if diff or doc["held_out"]["n"] != held_out:
+        what = f"config differs in {diff}" if diff else f"held-out n={doc['held_out']['n']}"
+        raise SystemExit(
+            f"{run_dir}: a finished run with another setting ({what}); move it "
+            "away or pass another --out"
+        )
 
 
 # Options that act only after cloning: a variant changing only these starts PPO from the

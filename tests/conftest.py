@@ -1,6 +1,27 @@
-"""Shared pytest setup: `--slow` opts in to the full matrix; warnings raised by hetjax fail."""
+"""Shared pytest setup: `--slow` opts in to the full matrix; warnings raised by hetjax fail.
 
-import pytest
+One JAX persistent compilation cache per test session, shared by the xdist workers: several
+tests build the same training loop (a Trainer per run, resumed runs), and compiling it is most
+of their time. The cache lives in a temporary folder made by the controlling process and is
+removed at the end, so every session compiles from scratch at least once.
+
+The tests' workloads are tiny and their time goes to compiling, so XLA's CPU backend runs
+with LLVM optimisation level 0 (set before JAX starts a backend; subprocesses inherit it).
+The same suite passes at the default level; this only trades run time for compile time.
+"""
+
+import os
+import shutil
+import tempfile
+
+if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
+    _flags = os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0"
+    os.environ["XLA_FLAGS"] = _flags.strip()
+
+import jax  # noqa: E402  (after XLA_FLAGS)
+import pytest  # noqa: E402
+
+_CACHE_ENV = "HETJAX_TEST_COMPILATION_CACHE"
 
 
 def pytest_addoption(parser):
@@ -12,6 +33,18 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     # A warning issued from any hetjax module is a bug (STYLE: strict tests).
     config.addinivalue_line("filterwarnings", r"error::Warning:hetjax(\..*)?")
+    if not hasattr(config, "workerinput"):  # the controlling process (or a run without xdist)
+        # workers are started after this and inherit the environment
+        os.environ[_CACHE_ENV] = tempfile.mkdtemp(prefix="hetjax-jax-cache-")
+        config._hetjax_cache_owner = True
+    jax.config.update("jax_compilation_cache_dir", os.environ[_CACHE_ENV])
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+def pytest_unconfigure(config):
+    if getattr(config, "_hetjax_cache_owner", False):
+        shutil.rmtree(os.environ.pop(_CACHE_ENV), ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -1,7 +1,7 @@
 """The PPO agent: exploration mixture, masking, imitation, vmap over seeds, resume.
 
 The tests that compile the training loop use a tiny config (bert-tiny, 8 environments, width
-16); all of them together take about two minutes on two cores.
+16); compiling it is most of their time (conftest.py shares one compilation cache per session).
 """
 
 import dataclasses

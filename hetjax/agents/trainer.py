@@ -172,7 +172,9 @@ class Trainer:
                                            "best_val_gap_pct": best_gap})  # fmt: skip
             write_csv(self.out / "metrics.csv", _uniform(rows))
 
-        t_start = time.perf_counter()
+        # wall_s counts on across a resume from the last checkpointed row (work lost after
+        # it is not counted: it is redone)
+        t_start = time.perf_counter() - (float(rows[-1]["wall_s"]) if rows else 0.0)
         if c.imitation_steps > 0 and not imitation_done:
             with _status(progress, f"exact optima of {c.imitation_platforms} teacher platforms"):
                 teacher = self._teacher()
