@@ -33,6 +33,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_exact_many.py
 	$(BIN)/python benchmarks/bench_env.py
 	$(BIN)/python benchmarks/bench_train.py
+	$(BIN)/python benchmarks/bench_cli_cache.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

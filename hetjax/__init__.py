@@ -1,6 +1,7 @@
 """hetjax: place Transformer layers on heterogeneous accelerators, in pure JAX."""
 
 from hetjax import cost, graphs, hardware
+from hetjax.compilation_cache import enable_compilation_cache
 from hetjax.cost import DEFAULT_WEIGHTS, Metrics, Plan, evaluate, reference_plan, score
 from hetjax.errors import (
     CheckpointError,
@@ -50,6 +51,7 @@ __all__ = [
     "score",
     "reference_plan",
     "DEFAULT_WEIGHTS",
+    "enable_compilation_cache",
     "HetjaxError",
     "GraphError",
     "PlatformError",

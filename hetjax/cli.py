@@ -28,6 +28,10 @@ console = Console(width=None if sys.stdout.isatty() else 160)  # wide tables in 
 @app.callback()
 def _root() -> None:
     """Place Transformer layers on heterogeneous accelerators (pure JAX cost model)."""
+    from hetjax.compilation_cache import enable_compilation_cache
+
+    # compiled programs persist between runs (HETJAX_COMPILATION_CACHE=off switches it off)
+    enable_compilation_cache()
 
 
 PLACEMENTS = ("all-0", "all-1", "alternate", "by-class")

@@ -21,7 +21,8 @@ if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
 import jax  # noqa: E402  (after XLA_FLAGS)
 import pytest  # noqa: E402
 
-_CACHE_ENV = "HETJAX_TEST_COMPILATION_CACHE"
+# also where the `hetjax` commands the tests start cache (never the user's ~/.cache)
+from hetjax.compilation_cache import ENV_VAR as _CACHE_ENV  # noqa: E402
 
 
 def pytest_addoption(parser):

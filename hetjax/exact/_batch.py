@@ -66,6 +66,11 @@ def _run_workers(job: tuple, parts: list[list], n: int) -> list:
         "JAX_ENABLE_X64": "1" if jax.config.jax_enable_x64 else "0",  # same precision as here
         "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),  # find hetjax as this does
     }
+    if jax.config.jax_compilation_cache_dir:  # workers reuse this process's compilation cache
+        env["JAX_COMPILATION_CACHE_DIR"] = jax.config.jax_compilation_cache_dir
+        env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = str(
+            jax.config.jax_persistent_cache_min_compile_time_secs
+        )
     procs = [
         subprocess.Popen([sys.executable, "-m", "hetjax.exact._batch"], stdin=subprocess.PIPE,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
