@@ -23,10 +23,17 @@ import jax
 
 from hetjax.errors import HetjaxError
 
-__all__ = ["ENV_VAR", "MIN_COMPILE_S", "default_cache_dir", "enable_compilation_cache"]
+__all__ = [
+    "ENV_VAR",
+    "MAX_BYTES",
+    "MIN_COMPILE_S",
+    "default_cache_dir",
+    "enable_compilation_cache",
+]
 
 ENV_VAR = "HETJAX_COMPILATION_CACHE"
 MIN_COMPILE_S = 0.2  # s: programs that compile faster than this are not worth a disk entry
+MAX_BYTES = 2 * 2**30  # bytes: past this, JAX evicts the least recently used entries
 _OFF = ("", "0", "off", "none", "false", "no")
 
 
@@ -41,17 +48,23 @@ def default_cache_dir() -> Path | None:
 
 
 def enable_compilation_cache(
-    path: str | os.PathLike | None = None, *, min_compile_s: float = MIN_COMPILE_S
+    path: str | os.PathLike | None = None,
+    *,
+    min_compile_s: float = MIN_COMPILE_S,
+    max_bytes: int = MAX_BYTES,
 ) -> Path | None:
     """Keep compiled XLA programs in `path` (default: `default_cache_dir()`) across processes.
 
-    Programs that take at least `min_compile_s` seconds to compile are stored. Returns the
+    Programs that take at least `min_compile_s` seconds to compile are stored; past `max_bytes`
+    bytes on disk the least recently used entries are evicted (-1: no limit). Returns the
     folder in use, or None when the cache is switched off. A cache folder already configured
     for JAX wins over both. Raises `HetjaxError` if an explicitly given folder cannot be
     created; a default folder that cannot be created only leaves the cache off.
     """
     if min_compile_s < 0:
         raise HetjaxError(f"enable_compilation_cache: min_compile_s = {min_compile_s} s (>= 0)")
+    if max_bytes != -1 and max_bytes <= 0:
+        raise HetjaxError(f"enable_compilation_cache: max_bytes = {max_bytes} (> 0, or -1)")
     configured = jax.config.jax_compilation_cache_dir
     if configured:
         return Path(configured)
@@ -67,4 +80,5 @@ def enable_compilation_cache(
         return None
     jax.config.update("jax_compilation_cache_dir", str(folder))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", float(min_compile_s))
+    jax.config.update("jax_compilation_cache_max_size", int(max_bytes))
     return folder

@@ -15,11 +15,13 @@ from hetjax import compilation_cache as cc
 def no_jax_cache():
     """Run a test as if JAX had no cache folder configured (conftest configures one)."""
     saved = (jax.config.jax_compilation_cache_dir,
-             jax.config.jax_persistent_cache_min_compile_time_secs)  # fmt: skip
+             jax.config.jax_persistent_cache_min_compile_time_secs,
+             jax.config.jax_compilation_cache_max_size)  # fmt: skip
     jax.config.update("jax_compilation_cache_dir", None)
     yield
     jax.config.update("jax_compilation_cache_dir", saved[0])
     jax.config.update("jax_persistent_cache_min_compile_time_secs", saved[1])
+    jax.config.update("jax_compilation_cache_max_size", saved[2])
 
 
 def test_default_folder_follows_the_environment(monkeypatch, tmp_path):
@@ -34,10 +36,11 @@ def test_default_folder_follows_the_environment(monkeypatch, tmp_path):
 
 
 def test_enable_sets_jax_and_a_configured_folder_wins(no_jax_cache, tmp_path):
-    folder = hj.enable_compilation_cache(tmp_path / "c", min_compile_s=0.5)
+    folder = hj.enable_compilation_cache(tmp_path / "c", min_compile_s=0.5, max_bytes=2**20)
     assert folder == tmp_path / "c" and folder.is_dir()
     assert jax.config.jax_compilation_cache_dir == str(folder)
     assert jax.config.jax_persistent_cache_min_compile_time_secs == 0.5
+    assert jax.config.jax_compilation_cache_max_size == 2**20
     # already configured (by the user, or just now): left as it is
     assert hj.enable_compilation_cache(tmp_path / "other") == folder
     assert not (tmp_path / "other").exists()
@@ -59,6 +62,8 @@ def test_off_and_bad_folders(no_jax_cache, monkeypatch, tmp_path):
     assert hj.enable_compilation_cache() is None
     with pytest.raises(hj.HetjaxError, match="min_compile_s"):
         hj.enable_compilation_cache(tmp_path, min_compile_s=-1)
+    with pytest.raises(hj.HetjaxError, match="max_bytes"):
+        hj.enable_compilation_cache(tmp_path, max_bytes=0)
 
 
 def test_the_cli_fills_the_cache_and_off_leaves_it_alone(tmp_path):
