@@ -29,6 +29,7 @@ COMMANDS = {
     "evaluate bert-base (op)": ["evaluate", "--model", "bert-base", "--granularity", "op"],
     "compare bert-base edge": ["compare", "--model", "bert-base", "--platform", "edge"],
 }
+_CLI = [sys.executable, "-c", "from hetjax.cli import main; main()"]  # a fresh process
 
 
 def _run(args: list[str], cache: str, out: str) -> float:
@@ -37,8 +38,7 @@ def _run(args: list[str], cache: str, out: str) -> float:
     if args[0] == "compare":
         args = [*args, "--out", out]
     t0 = time.perf_counter()
-    cli = [sys.executable, "-c", "from hetjax.cli import main; main()"]
-    subprocess.run([*cli, *args], check=True, capture_output=True, env=env)
+    subprocess.run([*_CLI, *args], check=True, capture_output=True, env=env)
     return time.perf_counter() - t0
 
 

@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from hetjax.compilation_cache import enable_compilation_cache
 from hetjax.errors import HetjaxError, UnknownNameError
 
 app = typer.Typer(
@@ -28,8 +29,6 @@ console = Console(width=None if sys.stdout.isatty() else 160)  # wide tables in 
 @app.callback()
 def _root() -> None:
     """Place Transformer layers on heterogeneous accelerators (pure JAX cost model)."""
-    from hetjax.compilation_cache import enable_compilation_cache
-
     # compiled programs persist between runs (HETJAX_COMPILATION_CACHE=off switches it off)
     enable_compilation_cache()
 

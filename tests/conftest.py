@@ -18,11 +18,11 @@ if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
     _flags = os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0"
     os.environ["XLA_FLAGS"] = _flags.strip()
 
-import jax  # noqa: E402  (after XLA_FLAGS)
-import pytest  # noqa: E402
+import pytest  # noqa: E402  (after XLA_FLAGS)
 
 # also where the `hetjax` commands the tests start cache (never the user's ~/.cache)
 from hetjax.compilation_cache import ENV_VAR as _CACHE_ENV  # noqa: E402
+from hetjax.compilation_cache import enable_compilation_cache  # noqa: E402
 
 
 def pytest_addoption(parser):
@@ -38,9 +38,7 @@ def pytest_configure(config):
         # workers are started after this and inherit the environment
         os.environ[_CACHE_ENV] = tempfile.mkdtemp(prefix="hetjax-jax-cache-")
         config._hetjax_cache_owner = True
-    jax.config.update("jax_compilation_cache_dir", os.environ[_CACHE_ENV])
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    enable_compilation_cache(os.environ[_CACHE_ENV], min_compile_s=0.5)
 
 
 def pytest_unconfigure(config):

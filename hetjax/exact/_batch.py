@@ -67,10 +67,9 @@ def _run_workers(job: tuple, parts: list[list], n: int) -> list:
         "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),  # find hetjax as this does
     }
     if jax.config.jax_compilation_cache_dir:  # workers reuse this process's compilation cache
-        env["JAX_COMPILATION_CACHE_DIR"] = jax.config.jax_compilation_cache_dir
-        env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = str(
-            jax.config.jax_persistent_cache_min_compile_time_secs
-        )
+        for name in ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
+                     "jax_compilation_cache_max_size"):  # fmt: skip
+            env[name.upper()] = str(getattr(jax.config, name))
     procs = [
         subprocess.Popen([sys.executable, "-m", "hetjax.exact._batch"], stdin=subprocess.PIPE,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
