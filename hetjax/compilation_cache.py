@@ -78,7 +78,27 @@ def enable_compilation_cache(
         if explicit or ENV_VAR in os.environ:
             raise HetjaxError(f"compilation cache folder {str(folder)!r}: {e.strerror}") from e
         return None
+    if max_bytes != -1:
+        _add_missing_access_times(folder)
     jax.config.update("jax_compilation_cache_dir", str(folder))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", float(min_compile_s))
     jax.config.update("jax_compilation_cache_max_size", int(max_bytes))
     return folder
+
+
+def _add_missing_access_times(folder: Path) -> None:
+    """Give every entry of `folder` the access-time file JAX's size-capped cache keeps beside it.
+
+    Entries written without a size cap (by JAX itself, or an older hetjax) have none, and the
+    capped cache then fails every write ("Error writing persistent compilation cache entry",
+    FileNotFoundError) while it scans the folder for entries to evict, so it never stores
+    anything again. The entry's modification time stands in for its last use.
+    """
+    for entry in folder.glob("*-cache"):
+        atime = entry.with_name(entry.name.removesuffix("-cache") + "-atime")
+        if atime.exists():
+            continue
+        try:
+            atime.write_bytes(entry.stat().st_mtime_ns.to_bytes(8, "little"))
+        except OSError:  # read-only or vanished under us: JAX reports it on use
+            continue

@@ -46,6 +46,21 @@ def test_enable_sets_jax_and_a_configured_folder_wins(no_jax_cache, tmp_path):
     assert not (tmp_path / "other").exists()
 
 
+def test_entries_written_without_a_cap_are_repaired(no_jax_cache, tmp_path):
+    """A folder with an entry JAX wrote uncapped (no access-time file) breaks every write of the
+    capped cache; enabling the cache there first gives such entries an access time."""
+    from jax._src.lru_cache import LRUCache
+
+    folder = tmp_path / "c"
+    LRUCache(str(folder), max_size=-1).put("old", b"x" * 100)
+    capped = LRUCache(str(folder), max_size=1000)
+    with pytest.raises(FileNotFoundError):
+        capped.put("new", b"y" * 100)
+    hj.enable_compilation_cache(folder, max_bytes=1000)
+    capped.put("new", b"y" * 100)
+    assert capped.get("new") == b"y" * 100 and capped.get("old") == b"x" * 100
+
+
 def test_off_and_bad_folders(no_jax_cache, monkeypatch, tmp_path):
     monkeypatch.setenv(cc.ENV_VAR, "off")
     assert hj.enable_compilation_cache() is None
