@@ -39,7 +39,7 @@ def _block(tree):
 
 def bench_updates(base: ppo.PPOConfig, num_envs: int, repeats: int) -> dict:
     """Timed PPO update and timed rollout-only at `num_envs`."""
-    config = dataclasses.replace(base, num_envs=num_envs, imitation_steps=0)
+    config = dataclasses.replace(base, num_envs=num_envs, imitation_steps=0, bc_coef=0.0)
     setup = ppo.make_setup(config)
     runner = jax.jit(lambda k: ppo.init_runner(setup, k))(jax.random.key(0))
     update = jax.jit(ppo.make_update(setup))
@@ -122,7 +122,9 @@ def main(argv=None) -> None:
     for n in args.num_envs:
         rows.append(bench_updates(base, n, args.repeats))
         console.print(f"num_envs={n}: {rows[-1]['train_steps_per_s']:,.0f} env steps/s")
-    seed_cfg = dataclasses.replace(base, num_envs=256, num_updates=4, imitation_steps=0)
+    seed_cfg = dataclasses.replace(
+        base, num_envs=256, num_updates=4, imitation_steps=0, bc_coef=0.0
+    )
     seed_rows = []
     for s in args.seeds:
         seed_rows.append(bench_seeds(seed_cfg, s, args.repeats))

@@ -32,7 +32,8 @@ from hetjax.io import save_figure, write_json
 
 VARIANTS = {
     "default": {},
-    "imitation off": {"imitation_steps": 0},
+    "imitation off": {"imitation_steps": 0, "bc_coef": 0.0},
+    "bc off": {"bc_coef": 0.0},
     "epsilon 0": {"epsilon": 0.0},
     "greedy-baseline advantage": {"advantage": "greedy_baseline"},
     "attention encoder": {"encoder": "attention"},
@@ -43,8 +44,8 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("runs/ablate"))
     ap.add_argument("--held-out", type=int, default=256)
-    ap.add_argument("--variants", nargs="+", default=["default", "imitation off", "epsilon 0"],
-                    choices=list(VARIANTS))  # fmt: skip
+    default = ["default", "imitation off", "bc off", "epsilon 0"]
+    ap.add_argument("--variants", nargs="+", default=default, choices=list(VARIANTS))
     args = ap.parse_args(argv)
     console = Console()
     results = {}
@@ -107,7 +108,16 @@ def _check_reusable(run_dir: Path, config: PPOConfig, doc: dict, held_out: int) 
 
 # Options that act only after cloning: a variant changing only these starts PPO from the
 # default run's clone (the same network the variant would clone itself, seed for seed).
-_PPO_ONLY = {"epsilon", "advantage", "lr", "ent_coef", "clip_eps", "num_updates", "gae_lambda"}
+_PPO_ONLY = {
+    "bc_coef",
+    "epsilon",
+    "advantage",
+    "lr",
+    "ent_coef",
+    "clip_eps",
+    "num_updates",
+    "gae_lambda",
+}
 
 
 def _start_from_default_clone(out: Path, run_dir: Path, config: PPOConfig) -> None:

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import hetjax as hj
 from hetjax import agents
 from hetjax.agents import ppo
 
@@ -108,8 +109,6 @@ def test_imitation_fits_the_value_head_to_the_teachers_return(setup, teacher):
 
 
 def test_best_of_k_is_at_least_greedy_and_its_plan_scores_what_it_says(setup):
-    import hetjax as hj
-
     runner = jax.jit(lambda k: ppo.init_runner(setup, k))(jax.random.key(0))
     platforms = ppo.sample_platforms(setup, jax.random.key(1), 6)
     greedy, _ = jax.jit(lambda p, k: ppo.greedy_rollout(setup, p, k, platforms))(
@@ -132,6 +131,24 @@ def test_best_of_k_is_at_least_greedy_and_its_plan_scores_what_it_says(setup):
         ref = hj.evaluate(g, p, hj.reference_plan(g))
         s = float(hj.score(hj.evaluate(g, p, plan), ref, c.weights))
         assert s == pytest.approx(float(best[i]), rel=1e-5)
+
+
+def test_bc_term_keeps_ppo_close_to_the_teacher(setup, teacher):
+    """With bc_coef > 0 every PPO minibatch also fits the teacher's actions: one update lowers
+    the demonstrations' cross-entropy more than the same update without the term."""
+    _, loss_fn, observe = ppo.make_imitation(setup, teacher)
+    demos = jax.jit(lambda: ppo.demo_pairs(observe, teacher))()
+    runner = jax.jit(lambda k: ppo.init_runner(setup, k))(jax.random.key(3))
+    ce = jax.jit(lambda p: loss_fn(p, demos[0], demos[1]))
+    strong = dataclasses.replace(TINY, bc_coef=10.0, lr=1e-3)
+    with_bc, m = jax.jit(ppo.make_update(ppo.make_setup(strong), demos))(runner)
+    without = dataclasses.replace(strong, bc_coef=0.0)
+    no_bc, m0 = jax.jit(ppo.make_update(ppo.make_setup(without), demos))(runner)
+    assert "bc_loss" in m and "bc_loss" not in m0
+    assert float(ce(with_bc.params)) < float(ce(no_bc.params)) < float(ce(runner.params)) + 0.05
+    assert float(ce(with_bc.params)) < float(ce(runner.params))
+    with pytest.raises(hj.PlanError, match="teacher"):
+        ppo.make_train(dataclasses.replace(TINY, imitation_steps=0), None)
 
 
 def test_vmap_over_seeds(teacher):

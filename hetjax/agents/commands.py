@@ -83,6 +83,9 @@ def register(app) -> None:
             int | None, typer.Option(help="platforms the exact teacher solves")
         ] = None,
         epsilon: Annotated[float | None, typer.Option(help="epsilon-greedy exploration")] = None,
+        bc_coef: Annotated[
+            float | None, typer.Option(help="teacher cross-entropy in PPO's loss (0 = off)")
+        ] = None,
         advantage: Annotated[str | None, typer.Option(help="gae | greedy_baseline")] = None,
         encoder: Annotated[str | None, typer.Option(help="deepsets | attention")] = None,
         held_out: Annotated[int, typer.Option(help="held-out platforms")] = 256,
@@ -100,7 +103,7 @@ def register(app) -> None:
         from hetjax.agents.ppo import PPOConfig
 
         given = dict(num_envs=num_envs, num_updates=num_updates, imitation_steps=imitation_steps,
-                     imitation_platforms=imitation_platforms, epsilon=epsilon,
+                     imitation_platforms=imitation_platforms, epsilon=epsilon, bc_coef=bc_coef,
                      advantage=advantage, encoder=encoder)  # fmt: skip
         config = PPOConfig(model=model, platform=platform, seed=seed,
                            **{k: v for k, v in given.items() if v is not None})  # fmt: skip

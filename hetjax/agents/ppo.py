@@ -40,6 +40,7 @@ __all__ = [
     "sample_platforms",
     "greedy_rollout",
     "best_of_k_rollout",
+    "demo_pairs",
 ]
 
 
@@ -77,6 +78,7 @@ class PPOConfig:
     imitation_batch: int = 1024  # (observation, action) pairs per cloning step
     imitation_lr: float = 1e-3
     imitation_vf_coef: float = 0.5  # value head fitted to the teacher's returns; 0 = off
+    bc_coef: float = 1.0  # teacher cross-entropy added to every PPO minibatch loss; 0 = off
     encoder: str = "deepsets"  # block summary: "deepsets" (pooled MLP) or "attention"
     width: int = 128
     heads: int = 4  # attention encoder only
@@ -290,9 +292,14 @@ def _ppo_loss(setup: Setup, net_params, batch, adv, target):
     return loss, dict(policy_loss=pg, value_loss=vf, entropy=entropy, approx_kl=kl)
 
 
-def make_update(setup: Setup):
-    """update(runner) -> (runner, metrics): sample platforms, roll out, PPO epochs."""
+def make_update(setup: Setup, demos=None):
+    """update(runner) -> (runner, metrics): sample platforms, roll out, PPO epochs.
+
+    `demos` (observations with a leading axis, actions int32[S]: the teacher's episodes, see
+    `make_imitation`) with `bc_coef` > 0 adds their cross-entropy to every minibatch loss, so
+    PPO improves on the cloned policy without drifting away from the teacher."""
     c = setup.config
+    use_bc = demos is not None and c.bc_coef > 0
 
     def update(runner: RunnerState):
         key, k_plat, k_roll, k_perm = jax.random.split(runner.key, 4)
@@ -308,19 +315,36 @@ def make_update(setup: Setup):
 
         def epoch(carry, k):
             net_params, opt_state = carry
+            k, k_demo = jax.random.split(k)
             perm = jax.random.permutation(k, c.num_envs).reshape(c.num_minibatches, -1)
 
-            def minibatch(carry, idx):
+            def loss(p, flat, kd):
+                total, info = _ppo_loss(setup, p, *flat)
+                if use_bc:
+                    obs, actions = demos
+                    size = min(c.imitation_batch, flat[1].shape[0])
+                    pick = jax.random.randint(kd, (size,), 0, actions.shape[0])
+                    logits, _ = jax.vmap(setup.network.apply, in_axes=(None, 0))(
+                        p, jax.tree.map(lambda x: x[pick], obs)
+                    )
+                    bc = optax.softmax_cross_entropy_with_integer_labels(
+                        logits, actions[pick]
+                    ).mean()
+                    total = total + c.bc_coef * bc
+                    info = {**info, "bc_loss": bc}
+                return total, info
+
+            def minibatch(carry, xs):
                 net_params, opt_state = carry
+                idx, kd = xs
                 tr, a, tg = jax.tree.map(lambda x: x[:, idx], data)
                 flat = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), (tr, a, tg))
-                grads, info = jax.grad(lambda p: _ppo_loss(setup, p, *flat), has_aux=True)(
-                    net_params
-                )
+                grads, info = jax.grad(loss, has_aux=True)(net_params, flat, kd)
                 updates, opt_state = setup.optimizer.update(grads, opt_state, net_params)
                 return (optax.apply_updates(net_params, updates), opt_state), info
 
-            return jax.lax.scan(minibatch, (net_params, opt_state), perm)
+            keys = jax.random.split(k_demo, c.num_minibatches)
+            return jax.lax.scan(minibatch, (net_params, opt_state), (perm, keys))
 
         (net_params, opt_state), info = jax.lax.scan(
             epoch, (runner.params, runner.opt_state), jax.random.split(k_perm, c.update_epochs)
@@ -413,14 +437,22 @@ def init_runner(setup: Setup, key) -> RunnerState:
 def make_train(config: PPOConfig, teacher: Teacher | None = None):
     """train(key) -> dict(runner, imitation_loss f32[S], metrics {name: f32[U]}), pure.
 
-    `teacher` (expert episodes) is required when `config.imitation_steps > 0`; build it on the
-    host with `hetjax.agents.teachers.make_teacher` (exact optima are a host-side search).
+    `teacher` (expert episodes) is required when `config.imitation_steps > 0` or
+    `config.bc_coef > 0`; build it on the host with `hetjax.agents.teachers.make_teacher`
+    (exact optima are a host-side search).
     """
     setup = make_setup(config)
-    update = make_update(setup)
-    if config.imitation_steps > 0 and teacher is None:
-        raise hj.PlanError("imitation_steps > 0 needs a teacher (see agents.teachers)")
-    clone = make_imitation(setup, teacher)[0] if config.imitation_steps > 0 else None
+    if (config.imitation_steps > 0 or config.bc_coef > 0) and teacher is None:
+        raise hj.PlanError(
+            "imitation_steps > 0 or bc_coef > 0 needs a teacher (see agents.teachers)"
+        )
+    demos, clone = None, None
+    if teacher is not None:
+        clone, _, observe = make_imitation(setup, teacher)
+        if config.bc_coef > 0:
+            demos = demo_pairs(observe, teacher)
+    update = make_update(setup, demos)
+    clone = clone if config.imitation_steps > 0 else None
 
     def train(key):
         runner = init_runner(setup, key)
@@ -432,3 +464,11 @@ def make_train(config: PPOConfig, teacher: Teacher | None = None):
         return {"runner": runner, "imitation_loss": losses, "metrics": metrics}
 
     return train
+
+
+def demo_pairs(observe, teacher: Teacher):
+    """(observations [S], actions int32[S]) of every step of the teacher's episodes, for the
+    behaviour-cloning term of PPO (`observe` from `make_imitation`; the replay is deterministic,
+    its key only feeds the environment's unused step keys)."""
+    obs, _ = observe(jax.random.key(0))
+    return obs, teacher.actions.T.reshape(-1)

@@ -175,9 +175,11 @@ class Trainer:
         # wall_s counts on across a resume from the last checkpointed row (work lost after
         # it is not counted: it is redone)
         t_start = time.perf_counter() - (float(rows[-1]["wall_s"]) if rows else 0.0)
-        if c.imitation_steps > 0 and not imitation_done:
+        teacher = None
+        if c.imitation_steps > 0 or c.bc_coef > 0:  # solved once, then read from teacher.npz
             with _status(progress, f"exact optima of {c.imitation_platforms} teacher platforms"):
                 teacher = self._teacher()
+        if c.imitation_steps > 0 and not imitation_done:
             with _status(progress, f"behaviour cloning, {c.imitation_steps} steps"):
                 clone = jax.jit(ppo.make_imitation(self.setup, teacher)[0])
                 runner, losses = clone(runner)
@@ -190,7 +192,11 @@ class Trainer:
             checkpoint(runner, rows[-1]["val_gap_pct"])
             # the clone alone, so variants that change only PPO settings can start from it
             shutil.copyfile(ckpt, self.out / "imitation.msgpack")
-        update = ppo.make_update(self.setup)
+        demos = None
+        if c.bc_coef > 0:
+            observe = ppo.make_imitation(self.setup, teacher)[2]
+            demos = jax.jit(lambda: ppo.demo_pairs(observe, teacher))()
+        update = ppo.make_update(self.setup, demos)
         chunk_fns = {}  # length -> jitted scan of that many updates (the last may be shorter)
 
         def chunk_fn(r, length):
