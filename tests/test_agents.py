@@ -189,6 +189,25 @@ def test_rerun_without_resume_is_refused(tmp_path):
         agents.Trainer(other, tmp_path, chunk=2, validation=2).run(progress=False, resume=True)
 
 
+def test_a_run_saved_before_a_config_field_existed_resumes_as_it_ran(tmp_path):
+    """config.json files written before `bc_coef` existed describe runs without the term."""
+    import json
+
+    from hetjax.errors import CheckpointError
+
+    cfg = dataclasses.replace(TINY, bc_coef=0.0)
+    agents.Trainer(cfg, tmp_path, chunk=2, validation=2)._check_config(resume=False)
+    path = tmp_path / "config.json"
+    doc = json.loads(path.read_text())
+    del doc["ppo"]["bc_coef"]
+    path.write_text(json.dumps(doc))
+    assert ppo.PPOConfig.from_dict(doc["ppo"]) == cfg
+    agents.Trainer(cfg, tmp_path, chunk=2, validation=2)._check_config(resume=True)
+    with pytest.raises(CheckpointError, match="bc_coef"):
+        on = dataclasses.replace(cfg, bc_coef=1.0)
+        agents.Trainer(on, tmp_path, chunk=2, validation=2)._check_config(resume=True)
+
+
 def test_greedy_baseline_advantage_is_return_minus_greedy_return(setup):
     runner = jax.jit(lambda k: ppo.init_runner(setup, k))(jax.random.key(0))
     platforms = ppo.sample_platforms(setup, jax.random.key(1), 8)

@@ -57,8 +57,7 @@ def load_policy(checkpoint_dir: Path):
         cfg = json.loads((d / "config.json").read_text())["ppo"]
     except FileNotFoundError:
         raise CheckpointError(f"{d}: no config.json (not a training run directory)") from None
-    cfg = {k: tuple(v) if isinstance(v, list) else v for k, v in cfg.items()}
-    config = ppo.PPOConfig(**cfg)
+    config = ppo.PPOConfig.from_dict(cfg)
     setup = ppo.make_setup(config)
     template = jax.jit(lambda k: ppo.init_runner(setup, k))(jax.random.key(0))
     best = d / "best.msgpack"  # the validation-selected policy, else the latest

@@ -88,6 +88,18 @@ class PPOConfig:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, d: dict) -> PPOConfig:
+        """The config a run's config.json describes (JSON lists back to tuples). Fields added
+        after the file was written take the value that reproduces what that run did
+        (`LEGACY_DEFAULTS`), not today's default."""
+        d = {**LEGACY_DEFAULTS, **d}
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
+
+
+# Fields added to PPOConfig after runs were saved without them, and the value those runs used.
+LEGACY_DEFAULTS = {"bc_coef": 0.0}
+
 
 class Transition(NamedTuple):
     obs: object  # Observation with leading [T, E]

@@ -90,6 +90,7 @@ class Trainer:
         mine = json.loads(json.dumps(mine))  # tuples -> lists
         if path.exists():
             theirs = json.loads(path.read_text())
+            theirs["ppo"] = json.loads(json.dumps(ppo.PPOConfig.from_dict(theirs["ppo"]).to_dict()))
             if not resume:
                 raise CheckpointError(
                     f"{self.out} already holds a run; pass --resume to continue it or choose "
