@@ -7,7 +7,8 @@ Part 1 (env steps during training): one PPO update (rollout of one episode in ea
 `update_epochs` x `num_minibatches` gradient steps) timed after compilation, for several
 `num_envs`; env steps/s counts every environment step of the rollout. The baseline in the same
 run is the rollout alone (no learning) at the same `num_envs`, so the ratio is the share of a
-training step the environment itself costs.
+training step the environment itself costs. PPO runs without the teacher term (`bc_coef=0`,
+which adds one forward and backward pass of `imitation_batch` demonstrations per minibatch).
 
 Part 2 (seeds): `jax.jit(jax.vmap(train))(keys)` on S seeds at once (a short training run of
 `make_train`, imitation off), next to the same jitted `train` called once per seed from a
