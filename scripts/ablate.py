@@ -96,8 +96,8 @@ def main(argv=None) -> None:
 def _check_reusable(run_dir: Path, config: PPOConfig, doc: dict, held_out: int) -> None:
     """A finished run is reused only if it is the run this variant asks for today."""
     theirs = json.loads((run_dir / "config.json").read_text())["ppo"]
-    theirs = json.loads(json.dumps(PPOConfig.from_dict(theirs).to_dict()))
-    mine = json.loads(json.dumps(dataclasses.asdict(config)))
+    theirs = PPOConfig.from_dict(theirs).to_dict()
+    mine = config.to_dict()
     diff = sorted(k for k in mine if theirs.get(k) != mine[k])
     if diff or doc["held_out"]["n"] != held_out:
         what = f"config differs in {diff}" if diff else f"held-out n={doc['held_out']['n']}"

@@ -86,7 +86,8 @@ class PPOConfig:
     seed: int = 0
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The config as config.json holds it (tuples as lists); `from_dict` inverts it."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
 
     @classmethod
     def from_dict(cls, d: dict) -> PPOConfig:

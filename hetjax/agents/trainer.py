@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 import jax
@@ -86,11 +85,10 @@ class Trainer:
 
     def _check_config(self, resume: bool) -> None:
         path = self.out / "config.json"
-        mine = {"ppo": asdict(self.config), "chunk": self.chunk, "validation": self.n_validation}
-        mine = json.loads(json.dumps(mine))  # tuples -> lists
+        mine = {"ppo": self.config.to_dict(), "chunk": self.chunk, "validation": self.n_validation}
         if path.exists():
             theirs = json.loads(path.read_text())
-            theirs["ppo"] = json.loads(json.dumps(ppo.PPOConfig.from_dict(theirs["ppo"]).to_dict()))
+            theirs["ppo"] = ppo.PPOConfig.from_dict(theirs["ppo"]).to_dict()
             if not resume:
                 raise CheckpointError(
                     f"{self.out} already holds a run; pass --resume to continue it or choose "
@@ -176,14 +174,14 @@ class Trainer:
         # wall_s counts on across a resume from the last checkpointed row (work lost after
         # it is not counted: it is redone)
         t_start = time.perf_counter() - (float(rows[-1]["wall_s"]) if rows else 0.0)
-        teacher = None
+        teacher = clone = observe = None
         if c.imitation_steps > 0 or c.bc_coef > 0:  # solved once, then read from teacher.npz
             with _status(progress, f"exact optima of {c.imitation_platforms} teacher platforms"):
                 teacher = self._teacher()
+            clone, _, observe = ppo.make_imitation(self.setup, teacher)
         if c.imitation_steps > 0 and not imitation_done:
             with _status(progress, f"behaviour cloning, {c.imitation_steps} steps"):
-                clone = jax.jit(ppo.make_imitation(self.setup, teacher)[0])
-                runner, losses = clone(runner)
+                runner, losses = jax.jit(clone)(runner)
                 losses = np.asarray(losses)
             rows.append({"update": 0, "phase": "imitation", "imitation_loss_first":
                          float(losses[0]), "imitation_loss": float(losses[-1]),
@@ -193,10 +191,7 @@ class Trainer:
             checkpoint(runner, rows[-1]["val_gap_pct"])
             # the clone alone, so variants that change only PPO settings can start from it
             shutil.copyfile(ckpt, self.out / "imitation.msgpack")
-        demos = None
-        if c.bc_coef > 0:
-            observe = ppo.make_imitation(self.setup, teacher)[2]
-            demos = jax.jit(lambda: ppo.demo_pairs(observe, teacher))()
+        demos = jax.jit(lambda: ppo.demo_pairs(observe, teacher))() if c.bc_coef > 0 else None
         update = ppo.make_update(self.setup, demos)
         chunk_fns = {}  # length -> jitted scan of that many updates (the last may be shorter)
 
