@@ -4,9 +4,10 @@
 
 Each variant is a full `hetjax train` run (same seed, same validation and held-out platforms)
 in OUT/<variant>; runs that finished (report.json written) are reused, killed ones resume.
-The exact teacher's episodes depend only on the seed and `imitation_platforms`, so they are
-solved once and shared; a variant that changes only PPO-phase options (epsilon, advantage, ...)
-starts PPO from the default run's clone, which is the network it would have cloned itself.
+The exact teacher's episodes depend only on the seed, `imitation_platforms` and
+`imitation_ties`, so they are solved once and shared; a variant that changes only PPO-phase
+options (epsilon, advantage, ...) starts PPO from the default run's clone, which is the
+network it would have cloned itself.
 Prints a table of the validation gap after imitation and along PPO, the held-out gap and the
 wall time, and writes OUT/ablations.json (atomically) and OUT/ablations.png (validation gap
 per update of every variant).
@@ -34,6 +35,7 @@ VARIANTS = {
     "default": {},
     "imitation off": {"imitation_steps": 0, "bc_coef": 0.0},
     "bc off": {"bc_coef": 0.0},
+    "teacher ties lexmin": {"imitation_ties": "lexmin"},
     "epsilon 0": {"epsilon": 0.0},
     "greedy-baseline advantage": {"advantage": "greedy_baseline"},
     "attention encoder": {"encoder": "attention"},
@@ -44,7 +46,7 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("runs/ablate"))
     ap.add_argument("--held-out", type=int, default=256)
-    default = ["default", "imitation off", "bc off", "epsilon 0"]
+    default = ["default", "imitation off", "bc off", "teacher ties lexmin", "epsilon 0"]
     ap.add_argument("--variants", nargs="+", default=default, choices=list(VARIANTS))
     args = ap.parse_args(argv)
     console = Console()
@@ -52,7 +54,7 @@ def main(argv=None) -> None:
     for name in args.variants:
         config = dataclasses.replace(PPOConfig(), **VARIANTS[name])
         run_dir = args.out / name.replace(" ", "_")
-        shared = args.out / f"teacher_{config.imitation_platforms}.npz"
+        shared = args.out / f"teacher_{config.imitation_platforms}_{config.imitation_ties}.npz"
         if config.imitation_steps and shared.exists() and not (run_dir / "teacher.npz").exists():
             run_dir.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(shared, run_dir / "teacher.npz")

@@ -190,22 +190,95 @@ def test_rerun_without_resume_is_refused(tmp_path):
 
 
 def test_a_run_saved_before_a_config_field_existed_resumes_as_it_ran(tmp_path):
-    """config.json files written before `bc_coef` existed describe runs without the term."""
+    """config.json files written before `bc_coef` / `imitation_ties` existed describe runs
+    without the term and with the teacher's plans as solved."""
     import json
 
     from hetjax.errors import CheckpointError
 
-    cfg = dataclasses.replace(TINY, bc_coef=0.0)
+    cfg = dataclasses.replace(TINY, bc_coef=0.0, imitation_ties="as_solved")  # as saved
     agents.Trainer(cfg, tmp_path, chunk=2, validation=2)._check_config(resume=False)
     path = tmp_path / "config.json"
     doc = json.loads(path.read_text())
-    del doc["ppo"]["bc_coef"]
+    del doc["ppo"]["bc_coef"], doc["ppo"]["imitation_ties"]
     path.write_text(json.dumps(doc))
     assert ppo.PPOConfig.from_dict(doc["ppo"]) == cfg
     agents.Trainer(cfg, tmp_path, chunk=2, validation=2)._check_config(resume=True)
     with pytest.raises(CheckpointError, match="bc_coef"):
         on = dataclasses.replace(cfg, bc_coef=1.0)
         agents.Trainer(on, tmp_path, chunk=2, validation=2)._check_config(resume=True)
+
+
+@pytest.fixture(scope="module")
+def mini():
+    """bert-mini (4 identical layers: 10 blocks) and 3 sampled platforms."""
+    setup = ppo.make_setup(dataclasses.replace(TINY, model="bert-mini"))
+    return setup, ppo.sample_platforms(setup, jax.random.key(3), 3)
+
+
+def _mini_scores(setup, platform, plans, batch_index):
+    batch = jnp.full(len(plans), setup.config.batches[batch_index])
+    return np.asarray(
+        hj.baselines.candidate_scores(
+            setup.graph, platform, jnp.asarray(plans), batch, setup.config.weights
+        )  # fmt: skip
+    )
+
+
+def _padded(setup, rows):
+    out = np.zeros((len(rows), setup.graph.m_max), np.int32)
+    out[:, : len(rows[0])] = rows
+    return out
+
+
+def test_canonical_ties_gives_tied_plans_one_plan(mini):
+    """Attention on device 0 and FFN on device 1, except one attention block on device 1: moved
+    from layer 2 to layer 3 of identical layers it is the same plan to every metric, and the
+    canonical teacher makes the two one plan, tied with both, and is idempotent."""
+    setup, platforms = mini
+    base = [0] + [0, 1] * 4 + [0]  # embedding, (attention, FFN) x 4, head
+    a, b = list(base), list(base)
+    a[3], b[5] = 1, 1  # the attention block of layer 2, resp. layer 3
+    plans = _padded(setup, [a, b])
+    for i in range(3):
+        p = jax.tree.map(lambda x, i=i: x[i], platforms)
+        s = _mini_scores(setup, p, plans, 3)
+        assert np.isfinite(s).all() and abs(s[0] - s[1]) <= 1e-6 * abs(s[0])  # a real tie
+        twice = jax.tree.map(lambda x: jnp.stack([x, x]), p)
+        canon = agents.canonical_ties(setup, twice, [3, 3], plans)
+        np.testing.assert_array_equal(canon[0], canon[1])
+        assert np.all(_mini_scores(setup, p, canon, 3) >= s[0] - 1e-6 * abs(s[0]))
+        assert tuple(canon[0]) <= tuple(plans[0])  # lexicographically no larger
+        np.testing.assert_array_equal(agents.canonical_ties(setup, twice, [3, 3], canon), canon)
+
+
+def test_canonical_ties_matches_a_plain_python_sweep(mini):
+    """The vectorised sweep against a loop over blocks and candidates, one simulation each."""
+    setup, platforms = mini
+    m = setup.episode_len - 1
+    rng = np.random.default_rng(0)
+    start = _padded(setup, [[0] + list(rng.integers(0, 2, m - 2)) + [0] for _ in range(3)])
+    got = agents.canonical_ties(setup, platforms, [2, 2, 2], start)
+    assert (got != start).any()  # some plan had a smaller tied one
+    for i in range(3):
+        p = jax.tree.map(lambda x, i=i: x[i], platforms)
+        x = start[i].copy()
+        floor = _mini_scores(setup, p, x[None], 2)[0]
+        floor -= 1e-6 * abs(floor)
+        for j in range(m):
+            for v in range(x[j]):  # smallest device first; a change, then the latest swap
+                options = [x.copy()]
+                options[0][j] = v
+                for c in reversed(range(j + 1, m)):
+                    if x[c] == v:
+                        y = x.copy()
+                        y[j], y[c] = x[c], x[j]
+                        options.append(y)
+                tied = [y for y in options if _mini_scores(setup, p, y[None], 2)[0] >= floor]
+                if tied:
+                    x = tied[0]
+                    break
+        np.testing.assert_array_equal(got[i], x)
 
 
 def test_greedy_baseline_advantage_is_return_minus_greedy_return(setup):
@@ -232,7 +305,8 @@ def test_greedy_baseline_advantage_is_return_minus_greedy_return(setup):
 def test_config_rejects_unknown_choices():
     import hetjax as hj
 
-    for bad in ({"advantage": "td"}, {"encoder": "rnn"}, {"epsilon": 1.0}):
+    for bad in ({"advantage": "td"}, {"encoder": "rnn"}, {"epsilon": 1.0},
+                {"imitation_ties": "random"}):  # fmt: skip
         with pytest.raises(hj.HetjaxError, match=next(iter(bad))):
             ppo.make_setup(dataclasses.replace(TINY, **bad))
 

@@ -8,6 +8,7 @@ out = jax.jit(jax.vmap(train))(jax.random.split(key, 4))   # four seeds in one c
 from hetjax.agents.network import ENCODERS, ActorCritic, masked_logits
 from hetjax.agents.ppo import (
     ADVANTAGES,
+    TIES,
     PPOConfig,
     RunnerState,
     Teacher,
@@ -23,7 +24,7 @@ from hetjax.agents.ppo import (
     make_update,
     sample_platforms,
 )
-from hetjax.agents.teachers import exact_scores, make_teacher, plan_to_actions
+from hetjax.agents.teachers import canonical_ties, exact_scores, make_teacher, plan_to_actions
 from hetjax.agents.trainer import Trainer, load_checkpoint, save_checkpoint
 
 __all__ = [
@@ -48,6 +49,8 @@ __all__ = [
     "masked_logits",
     "exact_scores",
     "plan_to_actions",
+    "canonical_ties",
+    "TIES",
     "Trainer",
     "save_checkpoint",
     "load_checkpoint",

@@ -81,6 +81,9 @@ def register(app) -> None:
         imitation_platforms: Annotated[
             int | None, typer.Option(help="platforms the exact teacher solves")
         ] = None,
+        imitation_ties: Annotated[
+            str | None, typer.Option(help="tied teacher plans: as_solved | lexmin")
+        ] = None,
         epsilon: Annotated[float | None, typer.Option(help="epsilon-greedy exploration")] = None,
         bc_coef: Annotated[
             float | None, typer.Option(help="teacher cross-entropy in PPO's loss (0 = off)")
@@ -102,7 +105,8 @@ def register(app) -> None:
         from hetjax.agents.ppo import PPOConfig
 
         given = dict(num_envs=num_envs, num_updates=num_updates, imitation_steps=imitation_steps,
-                     imitation_platforms=imitation_platforms, epsilon=epsilon, bc_coef=bc_coef,
+                     imitation_platforms=imitation_platforms, imitation_ties=imitation_ties,
+                     epsilon=epsilon, bc_coef=bc_coef,
                      advantage=advantage, encoder=encoder)  # fmt: skip
         config = PPOConfig(model=model, platform=platform, seed=seed,
                            **{k: v for k, v in given.items() if v is not None})  # fmt: skip

@@ -45,6 +45,7 @@ __all__ = [
 
 
 ADVANTAGES = ("gae", "greedy_baseline")
+TIES = ("as_solved", "lexmin")  # how the teacher picks among tied plans (teachers.canonical_ties)
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,7 @@ class PPOConfig:
     imitation_steps: int = 4000  # behaviour-cloning steps before PPO; 0 = off
     imitation_teacher: str = "exact"  # "exact" (optimal plans) or a baseline strategy name
     imitation_platforms: int = 2048  # platforms the teacher solves
+    imitation_ties: str = "as_solved"  # tied teacher plans: as the search returns, or "lexmin"
     imitation_batch: int = 1024  # (observation, action) pairs per cloning step
     imitation_lr: float = 1e-3
     imitation_vf_coef: float = 0.5  # value head fitted to the teacher's returns; 0 = off
@@ -99,7 +101,7 @@ class PPOConfig:
 
 
 # Fields added to PPOConfig after runs were saved without them, and the value those runs used.
-LEGACY_DEFAULTS = {"bc_coef": 0.0}
+LEGACY_DEFAULTS = {"bc_coef": 0.0, "imitation_ties": "as_solved"}
 
 
 class Transition(NamedTuple):
@@ -150,6 +152,8 @@ def make_setup(config: PPOConfig) -> Setup:
         )
     if config.advantage not in ADVANTAGES:
         raise hj.PlanError(f"advantage={config.advantage!r}: must be one of {ADVANTAGES}")
+    if config.imitation_ties not in TIES:
+        raise hj.PlanError(f"imitation_ties={config.imitation_ties!r}: must be one of {TIES}")
     if config.encoder not in ENCODERS:
         raise hj.PlanError(f"encoder={config.encoder!r}: must be one of {ENCODERS}")
     if not 0.0 <= config.epsilon < 1.0:

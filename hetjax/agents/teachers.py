@@ -9,7 +9,7 @@ import numpy as np
 from hetjax import baselines, exact
 from hetjax.agents.ppo import Setup, Teacher, sample_platforms, teacher_from_plans
 
-__all__ = ["make_teacher", "plan_to_actions", "exact_scores"]
+__all__ = ["make_teacher", "plan_to_actions", "exact_scores", "canonical_ties"]
 
 
 def plan_to_actions(setup: Setup, plans):
@@ -39,7 +39,9 @@ def make_teacher(setup: Setup, key, n: int | None = None, kind: str | None = Non
     """Teacher episodes on n platforms sampled from `key` (never the held-out stream).
 
     kind "exact": the exact score optimum of each platform; any name in
-    `hj.baselines.STRATEGIES`: that strategy's plan.
+    `hj.baselines.STRATEGIES`: that strategy's plan. With `imitation_ties="lexmin"` each plan
+    is then replaced by the canonical one among the plans tied with it (`canonical_ties`), so
+    equal situations get equal actions.
     """
     c = setup.config
     n = n or c.imitation_platforms
@@ -53,4 +55,63 @@ def make_teacher(setup: Setup, key, n: int | None = None, kind: str | None = Non
             jax.vmap(lambda p: strategy(key, setup.graph, p, c.batches, weights=c.weights))
         )(platforms)
     index, placement = plan_to_actions(setup, plans)
+    if c.imitation_ties == "lexmin":
+        placement = canonical_ties(setup, platforms, index, placement)
     return teacher_from_plans(setup, platforms, index, placement)
+
+
+def canonical_ties(setup: Setup, platforms, batch_index, block_placement, *, rtol: float = 1e-6):
+    """Each teacher plan replaced by the lexicographically smallest block placement among the
+    plans tied with it (score within `rtol` relative of its own), found block by block: at
+    block j, the smallest device that a change of block j, or a swap of block j with a later
+    block, gives without losing the tie. Returns block placements int32[K, m_max] (padding
+    unchanged); the batch choice is kept.
+
+    Why: exact optima are often not unique. In a model of repeated layers, moving the one layer
+    that breaks an alternating GPU/NPU pattern to another layer leaves every metric unchanged,
+    and the search returns whichever tied plan its pruning met first. To a policy cloned from
+    those plans the position of the break looks random; it learns a small probability of
+    breaking at every layer and, acting greedily, never breaks. One rule among ties ("the
+    smallest device index as early as it can still be optimal") makes the teacher's action a
+    function of the state. Costs (number of blocks) x (blocks + devices) simulations per plan.
+    """
+    c = setup.config
+    graph = setup.graph
+    m = setup.episode_len - 1
+    d = int(np.shape(setup.base.mem_bw)[-1])
+    batches = jnp.asarray(c.batches, jnp.float32)
+    devices, later = jnp.arange(d), jnp.arange(m)
+
+    def one(platform, bi, x):  # x int32[m_max]
+        def score(xs):
+            batch = jnp.full(xs.shape[0], batches[bi])
+            return baselines.candidate_scores(graph, platform, xs, batch, c.weights)
+
+        s0 = score(x[None])[0]
+        floor = s0 - rtol * jnp.abs(s0)
+
+        def at_block(j, x):
+            changes = jnp.broadcast_to(x, (d,) + x.shape).at[devices, j].set(devices)
+            swaps = jnp.broadcast_to(x, (m,) + x.shape)
+            swaps = swaps.at[later, j].set(x[:m]).at[later, later].set(x[j])
+            xs = jnp.concatenate([changes, swaps])
+            new = jnp.concatenate([devices, x[:m]])  # block j's device in each candidate
+            smaller = new < x[j]
+            smaller = smaller & jnp.concatenate([jnp.ones(d, bool), later > j])
+            ok = smaller & (score(xs) >= floor)
+            # smallest device at j; then a change before a swap, and the swap with the latest
+            # block (it leaves more of the blocks in between as they were, i.e. smaller)
+            rank = new * (m + 1) + jnp.concatenate([jnp.zeros(d, jnp.int32), m - later])
+            best = jnp.argmin(jnp.where(ok, rank, jnp.iinfo(jnp.int32).max))
+            return jnp.where(ok.any(), xs[best], x)
+
+        return jax.lax.fori_loop(0, m, at_block, x)
+
+    k, size = int(np.shape(block_placement)[0]), 64  # platforms per compiled call
+    pad = lambda v: jnp.concatenate([v, jnp.repeat(v[-1:], -k % size, 0)])  # noqa: E731
+    chunks = jax.tree.map(lambda v: pad(jnp.asarray(v)).reshape((-1, size) + v.shape[1:]),
+                          (platforms, jnp.asarray(batch_index, jnp.int32),
+                           jnp.asarray(block_placement, jnp.int32)))  # fmt: skip
+    run = jax.jit(jax.vmap(one))
+    out = [run(*jax.tree.map(lambda v, i=i: v[i], chunks)) for i in range(-(-k // size))]
+    return np.concatenate([np.asarray(o) for o in out])[:k]
