@@ -204,6 +204,8 @@ def test_a_run_saved_before_a_config_field_existed_resumes_as_it_ran(tmp_path):
     path.write_text(json.dumps(doc))
     assert ppo.PPOConfig.from_dict(doc["ppo"]) == cfg
     agents.Trainer(cfg, tmp_path, chunk=2, validation=2)._check_config(resume=True)
+    with pytest.raises(CheckpointError, match="warp_drive"):
+        ppo.PPOConfig.from_dict({**doc["ppo"], "warp_drive": 1})
     with pytest.raises(CheckpointError, match="bc_coef"):
         on = dataclasses.replace(cfg, bc_coef=1.0)
         agents.Trainer(on, tmp_path, chunk=2, validation=2)._check_config(resume=True)

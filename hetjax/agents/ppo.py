@@ -16,7 +16,7 @@ optimises the mixture it actually ran, and the ratio is exactly 1 at the first e
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import NamedTuple
 
 import jax
@@ -95,7 +95,13 @@ class PPOConfig:
     def from_dict(cls, d: dict) -> PPOConfig:
         """The config a run's config.json describes (JSON lists back to tuples). Fields added
         after the file was written take the value that reproduces what that run did
-        (`LEGACY_DEFAULTS`), not today's default."""
+        (`LEGACY_DEFAULTS`), not today's default. A field this version does not know (a file
+        from a newer hetjax, or edited by hand) raises `hj.CheckpointError` naming it."""
+        unknown = sorted(set(d) - {f.name for f in fields(cls)})
+        if unknown:
+            raise hj.CheckpointError(
+                f"PPOConfig: unknown field(s) {unknown} (written by another hetjax version?)"
+            )
         d = {**LEGACY_DEFAULTS, **d}
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
 
