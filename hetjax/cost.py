@@ -30,7 +30,7 @@ __all__ = [
 ]
 
 DEFAULT_WEIGHTS = (0.6, 0.3, 0.1)  # (alpha, beta, gamma) of the SPEC objective
-DEFAULT_CHUNK = 512  # plans simulated together; keeps the scan's state within a 2 MiB L2
+DEFAULT_CHUNK = 1024  # plans simulated together: a scan step's working set stays in L1/L2
 
 
 @struct.dataclass
@@ -75,188 +75,230 @@ class Metrics:
     unplaceable: jax.Array  # int32[]    number of ops on a device that cannot run them
 
 
-class _Step(NamedTuple):
-    """Per-op scan input for a chunk of C plans (plans on the last axis)."""
-
-    i: jax.Array  # int32[]            op index
-    on_dst: jax.Array  # bool[D, C]    one-hot of the device the op runs on
-    dur: jax.Array  # f[C]             op duration, s
-    real: jax.Array  # bool[]          op is real
-    pred: jax.Array  # int32[P]        predecessor indices (clipped to >= 0)
-    active: jax.Array  # bool[P]       predecessor slot active
-    on_link: jax.Array  # bool[P, L, C] one-hot of the link (src * D + dst) of each slot
-    cross: jax.Array  # bool[P, C]     producer ran on another device
-    trig: jax.Array  # bool[P, C]      this slot triggers the transfer (first use on its device)
-    reuse: jax.Array  # int32[P, C]    flat index (op * P + slot) of the triggering slot
-    xfer: jax.Array  # f[P, C]         transfer time if this slot triggers one, s
-
-
 def _device_terms(graph: LayerGraph, platform: Platform, placement, batch):
     """Schedule-independent quantities, vectorised over ops and plans (plans on the last axis).
 
     placement int32[N, C], batch f[C] -> run device, duration (s), unplaceable mask ([N, C]).
+    Per-device values are picked with one-hot selects over the (few) devices, not gathers:
+    XLA fuses a gather into every consumer and recomputes its indices per element.
     """
     d_max = platform.d_max
     real = graph.op_mask[:, None]
-    in_range = (placement >= 0) & (placement < d_max)
-    dev = jnp.where(in_range, placement, 0)
-    dev = jnp.where(platform.device_mask[dev], dev, 0)  # unreal or out of range -> device 0
-    peak = platform.peak[dev, graph.op_class[:, None]]  # [N, C]
+    dev = jnp.zeros_like(placement)
+    for d in range(1, d_max):  # unreal or out of range -> device 0
+        dev = jnp.where((placement == d) & platform.device_mask[d], d, dev)
+    classes = jnp.arange(platform.peak.shape[-1])[:, None, None]
+    peak_of_op = _select(graph.op_class == classes, platform.peak.T[:, :, None])  # [D, N]
+    peak, b_half, mem_bw, launch = (jnp.zeros(placement.shape, platform.peak.dtype),) * 4
+    for d in range(d_max):
+        on = dev == d
+        peak = jnp.where(on, peak_of_op[d][:, None], peak)
+        b_half = jnp.where(on, platform.b_half[d], b_half)
+        mem_bw = jnp.where(on, platform.mem_bw[d], mem_bw)
+        launch = jnp.where(on, platform.launch[d], launch)
     unplaceable = real & ((dev != placement) | (peak <= 0))
     safe_peak = jnp.where(peak > 0, peak, 1.0)
-    t_comp = jnp.where(
-        unplaceable, 0.0, graph.flops[:, None] * (batch + platform.b_half[dev]) / safe_peak
-    )
-    t_mem = (graph.param_bytes[:, None] + batch * graph.act_bytes[:, None]) / platform.mem_bw[dev]
-    dur = jnp.where(real, platform.launch[dev] + jnp.maximum(t_comp, t_mem), 0.0)
+    t_comp = jnp.where(unplaceable, 0.0, graph.flops[:, None] * (batch + b_half) / safe_peak)
+    t_mem = (graph.param_bytes[:, None] + batch * graph.act_bytes[:, None]) / mem_bw
+    dur = jnp.where(real, launch + jnp.maximum(t_comp, t_mem), 0.0)
     return dev, dur, unplaceable
 
 
-def _transfer_plan(graph: LayerGraph, dev, d_max: int):
-    """Which predecessor slots trigger a transfer, and which slot each other one reuses.
+class _Step(NamedTuple):
+    """Per-op scan input for a chunk of C plans (plans on the last axis)."""
 
-    A tensor crosses to a device once: the first slot (in consumer, then slot order) that needs
-    producer p on device d triggers the transfer. Slots are sorted by (producer, slot) once per
-    graph; a short scan over the sorted slots keeps, per device, the first slot of the current
-    producer's run that used it. dev int32[N, C] -> first bool[N, P, C] (slot is the first use
-    of its (producer, device)), source int32[N, P, C] (flat index op * P + slot of that use).
+    i: jax.Array  # int32[]           op index
+    dev: jax.Array  # int32[C]        device the op runs on
+    dur: jax.Array  # f[C]            op duration, s
+    real: jax.Array  # bool[]         op is real
+    pred: jax.Array  # int32[P]       predecessor indices (clipped to >= 0)
+    active: jax.Array  # bool[P]      predecessor slot active
+    pred_out: jax.Array  # f[P]       output bytes per sample of each predecessor
+
+
+class _Carry(NamedTuple):
+    """Scan state for C plans: the arrival table and the running sums of the metrics."""
+
+    arrival: jax.Array  # f[N * D, C]   when op p's output is on device d, s (-1: not yet)
+    dev_free: jax.Array  # f[D, C]      when each device finishes its last op, s
+    link_free: jax.Array  # f[L, C]     when each link (e * D + d) finishes its last transfer, s
+    link_busy: jax.Array  # f[L, C]     s each link has transferred
+    moved: jax.Array  # f[L, C]         bytes each link has moved
+    latency: jax.Array  # f[C]          latest finish so far, s
+
+
+def _select(onehot, values):
+    """sum_k where(onehot[k], values[k], 0): a one-hot pick along a short axis 0, no gather.
+
+    A reduction, not a chain of selects: it is a kernel of its own, so a table it reads in a
+    scan step is read before the step writes it, and XLA updates the table in place (fused
+    selects get re-run after the write and force a copy of the table every step).
     """
-    n, p_max = graph.n_max, graph.p_max
-    ns = n * p_max
-    c = dev.shape[-1]
-    pred = jnp.maximum(graph.preds, 0)
-    active = (graph.preds >= 0) & graph.op_mask[pred] & graph.op_mask[:, None]
-    pred, active = pred.reshape(ns), active.reshape(ns)
-    slot = jnp.arange(ns)
-    order = jnp.argsort(jnp.where(active, pred * ns + slot, ns * ns + slot))
-    inverse = jnp.argsort(order)
-    p_sorted = pred[order]
-    starts = jnp.concatenate([jnp.ones((1,), bool), p_sorted[1:] != p_sorted[:-1]])
-    consumer = jnp.repeat(dev, p_max, axis=0)[order]  # [NS, C] device of each sorted slot
-    on = jnp.arange(d_max)[:, None] == consumer[:, None, :]  # [NS, D, C]
-
-    def visit(first_use, xs):  # first_use int32[D, C]: first slot of this run per device, -1
-        start, slot_id, here = xs
-        first_use = jnp.where(start, -1, first_use)
-        first_use = jnp.where(here & (first_use < 0), slot_id, first_use)
-        return first_use, jnp.sum(jnp.where(here, first_use, 0), axis=0)
-
-    _, first_slot = jax.lax.scan(
-        visit, jnp.full((d_max, c), -1, jnp.int32), (starts, order.astype(jnp.int32), on)
-    )
-    source = first_slot[inverse].reshape(n, p_max, c)  # [N, P, C] flat slot of the first use
-    first = source == jnp.arange(ns, dtype=jnp.int32).reshape(n, p_max, 1)
-    return first, source
+    return jnp.sum(jnp.where(onehot, values, 0.0), axis=0)
 
 
 def _simulate_chunk(graph: LayerGraph, platform: Platform, placement, batch):
     """SPEC metrics for C plans of one graph on one platform. placement int32[N, C], batch f[C].
 
-    Only the list schedule is sequential: durations, which slots trigger transfers, transfer
-    times, link occupancy and memory are computed for all ops at once. The scan carries one
-    history buffer (per op: finish time, then the arrival time of each slot's transfer) plus
-    device and link free times. Each step reads the history, writes its own row once, and reads
-    that row back for the small carries: with every other use of the old buffer gone, XLA
-    updates it in place (otherwise it copies the whole buffer every step).
+    Durations are computed for all ops at once; everything else happens in one `lax.scan` over
+    ops. The carry holds an arrival table indexed by (producer, device): a producer's own
+    device holds its finish time, another device the arrival of its output there, and -1 marks
+    a tensor not yet sent, so the first consumer on a device finds it unsent and triggers the
+    transfer (SPEC: once per destination). Predecessor indices are the same for every plan,
+    so each step reads and writes whole rows of the table (no per-plan gather), and the link,
+    device and memory totals are summed in the carry rather than over [N, P, D*D, C] tensors.
     """
     n, p_max, d_max = graph.n_max, graph.p_max, platform.d_max
+    n_links = d_max * d_max
     c = placement.shape[-1]
-    width = 1 + p_max  # history row: finish, arrival of slot 0..P-1
     dtype = jnp.result_type(graph.flops.dtype, platform.peak.dtype, batch.dtype)
     batch = batch.astype(dtype)
     dev, dur, unplaceable = _device_terms(graph, platform, placement, batch)
     dur = dur.astype(dtype)
+    pred = jnp.maximum(graph.preds, 0)
+    active = (graph.preds >= 0) & graph.op_mask[pred] & graph.op_mask[:, None]
+    devices = jnp.arange(d_max)[:, None]
+    links = jnp.arange(n_links)[:, None]
+    off_diagonal = ~jnp.eye(d_max, dtype=bool).reshape(n_links, 1)
+    link_latency = platform.link_latency.reshape(n_links, 1).astype(dtype)
+    # the diagonal is never used; a safe 1 there keeps gradients finite
+    link_bw = jnp.where(off_diagonal, platform.link_bw.reshape(n_links, 1), 1.0).astype(dtype)
 
-    pred = jnp.maximum(graph.preds, 0)  # [N, P]
-    active = (graph.preds >= 0) & graph.op_mask[pred]  # [N, P]
-    src = dev[pred]  # [N, P, C]   device each predecessor ran on
-    dst = dev[:, None, :]  # [N, 1, C]
-    cross = active[..., None] & graph.op_mask[:, None, None] & (src != dst)
-    sent = batch * graph.out_bytes[pred][..., None]  # [N, P, C] bytes if a transfer happens
-    xfer = platform.link_latency[src, dst] + sent / platform.link_bw[src, dst]
-    xfer = jnp.where(cross, xfer, 0.0).astype(dtype)
-    first, source = _transfer_plan(graph, dev, d_max)
-    trig = cross & first
-    # history row of the arrival a reusing slot reads: op * width + 1 + slot
-    reuse = (source // p_max) * width + 1 + source % p_max
-    devs = jnp.arange(d_max)
-    on_dst = devs[None, :, None] == dev[:, None, :]  # [N, D, C]
-    link = src * d_max + dst  # [N, P, C]
-    on_link = jnp.arange(d_max * d_max)[None, None, :, None] == link[:, :, None, :]
+    def step(carry: _Carry, s: _Step):
+        on_dst = devices == s.dev  # [D, C]
 
-    def step(carry, s: _Step):
-        hist, dev_free, link_free = carry
-        # -- reads: everything below up to the write depends only on the old state
-        f_p = [hist[s.pred[k] * width] for k in range(p_max)]
-        ready = jnp.zeros((c,), dtype)
-        arrivals = []
-        lf_local = link_free
+        def visit(k, state):  # predecessor slot k (active)
+            arrival, link_free, link_busy, moved, ready, charged = state
+            src = jax.lax.dynamic_index_in_dim(dev, s.pred[k], axis=0, keepdims=False)
+            rows = jax.lax.dynamic_slice_in_dim(arrival, s.pred[k] * d_max, d_max, axis=0)
+            known = _select(on_dst, rows)  # arrival on this op's device, -1 if not sent
+            finish_p = _select(devices == src, rows)
+            send = known < 0
+            on_pair = links == src * d_max + s.dev  # [L, C] the link from src to here
+            on_link = on_pair & send
+            sent = batch * s.pred_out[k]
+            x = _select(on_pair, link_latency) + sent / _select(on_pair, link_bw)
+            x = jnp.where(send, x, 0.0)
+            sent_at = jnp.maximum(finish_p, _select(on_link, link_free)) + x
+            rows = jnp.where(on_dst & send, sent_at, rows)
+            # materialise the rows first: a DUS fused with its producer loops over the table
+            rows = jax.lax.optimization_barrier(rows)
+            return (
+                jax.lax.dynamic_update_slice_in_dim(arrival, rows, s.pred[k] * d_max, 0),
+                jnp.where(on_link, sent_at, link_free),
+                link_busy + jnp.where(on_link, x, 0.0),
+                moved + jnp.where(on_link, sent, 0.0),
+                jnp.maximum(ready, jnp.where(send, sent_at, known)),
+                charged + x,
+            )
+
+        zero = jnp.zeros((c,), dtype)
+        state = (carry.arrival, carry.link_free, carry.link_busy, carry.moved, zero, zero)
         for k in range(p_max):
-            earlier = jnp.take_along_axis(hist, s.reuse[k][None], axis=0)[0]
-            for j in range(k):  # the triggering slot may be an earlier slot of this op
-                earlier = jnp.where(s.reuse[k] == s.i * width + 1 + j, arrivals[j], earlier)
-            lf = jnp.sum(jnp.where(s.on_link[k], lf_local, 0.0), axis=0)
-            sent_at = jnp.maximum(f_p[k], lf) + s.xfer[k]
-            arr = jnp.where(s.trig[k], sent_at, jnp.where(s.cross[k], earlier, f_p[k]))
-            lf_local = jnp.where(s.on_link[k] & s.trig[k], sent_at, lf_local)
-            ready = jnp.maximum(ready, jnp.where(s.active[k], arr, 0.0))
-            arrivals.append(arr)
-        start = jnp.maximum(jnp.sum(jnp.where(s.on_dst, dev_free, 0.0), axis=0), ready)
+            # the slot pattern is the graph's, the same for every plan: most ops have one
+            # predecessor, and a cond skips the second slot's work for all plans at once
+            state = jax.lax.cond(
+                s.active[k], functools.partial(visit, k), lambda state: state, state
+            )
+        arrival, link_free, link_busy, moved, ready, charged = state
+        dev_free = carry.dev_free
+        start = jnp.maximum(_select(on_dst, dev_free), ready)
         fin = start + s.dur
-        # -- one write, then read the row back for the small carries
-        # materialise the row first: a DUS fused with its producer loops over the whole buffer
-        row = jax.lax.optimization_barrier(jnp.stack([fin, *arrivals]))  # [1 + P, C]
-        hist = jax.lax.dynamic_update_slice_in_dim(hist, row, s.i * width, axis=0)
-        row = jax.lax.dynamic_slice_in_dim(hist, s.i * width, width, axis=0)
-        dev_free = jnp.where(s.on_dst & s.real, row[0], dev_free)
-        for k in range(p_max):
-            link_free = jnp.where(s.on_link[k] & s.trig[k], row[1 + k], link_free)
-        return (hist, dev_free, link_free), None
+        row = jax.lax.optimization_barrier(jnp.where(on_dst, fin, -1.0).astype(dtype))
+        arrival = jax.lax.dynamic_update_slice_in_dim(arrival, row, s.i * d_max, 0)
+        carry = _Carry(
+            arrival=arrival,
+            dev_free=jnp.where(on_dst & s.real, fin, dev_free),
+            link_free=link_free,
+            link_busy=link_busy,
+            moved=moved,
+            latency=jnp.maximum(carry.latency, jnp.where(s.real, fin, 0.0)),
+        )
+        return carry, jnp.where(s.real, s.dur + charged, 0.0)
 
-    init = (
-        jnp.zeros((n * width, c), dtype),
-        jnp.zeros((d_max, c), dtype),
-        jnp.zeros((d_max * d_max, c), dtype),
+    zeros_d = jnp.zeros((d_max, c), dtype)
+    zeros_l = jnp.zeros((n_links, c), dtype)
+    init = _Carry(
+        arrival=jnp.full((n * d_max, c), -1.0, dtype),
+        dev_free=zeros_d,
+        link_free=zeros_l,
+        link_busy=zeros_l,
+        moved=zeros_l,
+        latency=jnp.zeros((c,), dtype),
     )
     xs = _Step(
         i=jnp.arange(n),
-        on_dst=on_dst,
+        dev=dev,
         dur=dur,
         real=graph.op_mask,
         pred=pred,
         active=active,
-        on_link=on_link,
-        cross=cross,
-        trig=trig,
-        reuse=reuse,
-        xfer=xfer,
+        pred_out=graph.out_bytes[pred].astype(dtype),
     )
-    (hist, _, _), _ = jax.lax.scan(step, init, xs)
-    finish = hist.reshape(n, width, c)[:, 0]
-    charged = jnp.where(trig, xfer, 0.0)  # [N, P, C] transfer time charged to each slot
-    link_busy = jnp.sum(jnp.where(on_link, charged[:, :, None], 0.0), axis=(0, 1))
-    moved = jnp.sum(jnp.where(on_link & trig[:, :, None], sent[:, :, None], 0.0), axis=(0, 1))
-    return _metrics(
-        graph, platform, batch, on_dst, dur, unplaceable, finish, charged.sum(axis=1),
-        link_busy.reshape(d_max, d_max, c), moved.reshape(d_max, d_max, c),
+    out, op_time = jax.lax.scan(step, init, xs)
+    return _reduce_metrics(
+        graph, platform, batch, **_device_totals(graph, dev, dur, d_max),
+        link_busy=out.link_busy.reshape(d_max, d_max, c), moved=out.moved.reshape(d_max, d_max, c),
+        latency=out.latency, op_time=op_time, n_unplaceable=jnp.sum(unplaceable, axis=0),
     )  # fmt: skip
 
 
-def _metrics(graph, platform, batch, on, dur, unplaceable, finish, charged, link_busy, moved):
-    """Reduce a simulated schedule to `Metrics` with a trailing plan axis C on every field.
+def _metrics(graph, platform, batch, dev, dur, unplaceable, finish, charged, link_busy, moved):
+    """`Metrics` from a simulated schedule given per op (plan axis C last on every field).
 
-    on bool[N, D, C] (op runs on device), dur/finish/charged f[N, C] (charged = transfer time
-    the op triggered), link_busy/moved f[D, D, C].
+    dev int32[N, C] (device the op runs on), dur/finish/charged f[N, C] (charged = transfer time
+    the op triggered), link_busy/moved f[D, D, C]. The environment's terminal metrics use it.
+    """
+    real = graph.op_mask[:, None]
+    return _reduce_metrics(
+        graph, platform, batch, **_device_totals(graph, dev, dur, platform.d_max),
+        link_busy=link_busy, moved=moved,
+        latency=jnp.max(jnp.where(real, finish, 0.0), axis=0, initial=0.0),
+        op_time=jnp.where(real, dur + charged, 0.0),
+        n_unplaceable=jnp.sum(unplaceable, axis=0),
+    )  # fmt: skip
+
+
+def _device_totals(graph, dev, dur, d_max: int) -> dict:
+    """Per device (dev int32[N, C] run device, dur f[N, C] s): busy time (s), weight bytes and
+    the largest activation bytes per sample of its real ops ([D, C] each). One code path for
+    `evaluate` and the environment, so both sum in the same order."""
+    real = graph.op_mask[:, None]
+    busy, params, act = [], [], []
+    for d in range(d_max):  # one reduction over ops per device: no [N, D, C] intermediate
+        on = dev == d
+        busy.append(jnp.sum(jnp.where(on, dur, 0.0), axis=0))
+        on = on & real
+        params.append(jnp.sum(jnp.where(on, graph.param_bytes[:, None], 0.0), axis=0))
+        act.append(jnp.max(jnp.where(on, graph.act_bytes[:, None], 0.0), axis=0))
+    return dict(busy=jnp.stack(busy), params=jnp.stack(params), act=jnp.stack(act))
+
+
+def _sum_unrolled(x):
+    """Sum over every axis but the last (the plans), as a fixed chain of adds over the few
+    devices or links: the same rounding in every program that calls it (an XLA reduction may
+    associate differently depending on shape and fusion, and the environment's metrics must
+    equal `evaluate`'s bit for bit)."""
+    x = x.reshape(-1, x.shape[-1])
+    total = x[0]
+    for k in range(1, x.shape[0]):
+        total = total + x[k]
+    return total
+
+
+def _reduce_metrics(
+    graph, platform, batch, *, busy, link_busy, moved, latency, op_time, params, act, n_unplaceable
+):
+    """Reduce schedule totals to `Metrics` with a trailing plan axis C on every field.
+
+    busy/params/act f[D, C] (act: largest activation bytes per sample), link_busy/moved
+    f[D, D, C], latency f[C] (latest finish, s), op_time f[N, C] (duration + triggered
+    transfers of each real op, s), n_unplaceable int[C].
     """
     d_max, m_max = platform.d_max, graph.m_max
-    real = graph.op_mask[:, None]
-    latency = jnp.max(jnp.where(real, finish, 0.0), axis=0, initial=0.0)
-    busy = jnp.sum(jnp.where(on, dur[:, None, :], 0.0), axis=0)  # [D, C]
-
     # Block times: a segment sum per block (a difference of float32 prefix sums would lose a
     # small block that follows a large one).
-    per_op = jnp.where(real, dur + charged, 0.0)
-    block_time = jax.ops.segment_sum(per_op, graph.block, num_segments=m_max)  # [M, C]
+    block_time = jax.ops.segment_sum(op_time, graph.block, num_segments=m_max)  # [M, C]
     bmask = graph.block_mask[:, None]
     block_time = jnp.where(bmask, block_time, 0.0)
     n_blocks = jnp.maximum(jnp.sum(graph.block_mask), 1)
@@ -264,29 +306,25 @@ def _metrics(graph, platform, batch, on, dur, unplaceable, finish, charged, link
     var = jnp.sum(jnp.where(bmask, (block_time - mean) ** 2, 0.0), axis=0) / n_blocks
     layer_time_std = jnp.sqrt(var)
 
-    total_link = jnp.sum(link_busy, axis=(0, 1))
+    total_link = _sum_unrolled(link_busy)
     transfer_share = jnp.where(latency > 0, total_link / jnp.where(latency > 0, latency, 1.0), 0.0)
     bottleneck = jnp.maximum(jnp.max(busy, axis=0), jnp.max(link_busy, axis=(0, 1)))
     throughput = jnp.where(bottleneck > 0, batch / jnp.where(bottleneck > 0, bottleneck, 1.0), 0.0)
 
     dmask = platform.device_mask[:, None]
-    on_real = on & real[:, None]
-    params = jnp.sum(jnp.where(on_real, graph.param_bytes[:, None, None], 0.0), axis=0)
-    act = jnp.max(jnp.where(on_real, graph.act_bytes[:, None, None], 0.0), axis=0)
     mem_used = params + batch * act  # [D, C]
     fits = jnp.all(~dmask | (mem_used <= platform.mem_capacity[:, None]), axis=0)
-    n_unplaceable = jnp.sum(unplaceable, axis=0).astype(jnp.int32)
+    n_unplaceable = n_unplaceable.astype(jnp.int32)
     feasible = fits & (n_unplaceable == 0)
 
     pair = dmask[:, None] & dmask[None, :] & ~jnp.eye(d_max, dtype=bool)[..., None]
-    energy = jnp.sum(
+    energy = _sum_unrolled(
         jnp.where(
             dmask,
             platform.p_busy[:, None] * busy + platform.p_idle[:, None] * (latency - busy),
             0.0,
-        ),
-        axis=0,
-    ) + jnp.sum(jnp.where(pair, platform.link_energy[..., None] * moved, 0.0), axis=(0, 1))
+        )
+    ) + _sum_unrolled(jnp.where(pair, platform.link_energy[..., None] * moved, 0.0))
 
     inf = jnp.asarray(jnp.inf, latency.dtype)
     return Metrics(

@@ -140,3 +140,36 @@ def test_evaluate_under_lax_scan():
         for f in m.__dataclass_fields__:
             np.testing.assert_allclose(getattr(ms, f)[k], getattr(m, f), rtol=1e-6, err_msg=f)
     np.testing.assert_allclose(total, np.sum(ms.latency), rtol=1e-6)
+
+
+def test_chunked_plans_equal_one_at_a_time():
+    """Many plans in chunks (the last one padded) give each plan's metrics exactly as alone."""
+    g, p = hst.tiny_model(), _platform()
+    plans = _plans(g, 3, 10, seed=5)
+    many = hst.evaluate(g, p, plans, chunk=4)  # chunks of 4 + 4 + 2
+    for k in range(10):
+        m = hst.evaluate(g, p, _row(plans, k))
+        for f in m.__dataclass_fields__:
+            np.testing.assert_allclose(getattr(many, f)[k], getattr(m, f), rtol=1e-6, err_msg=f)
+
+
+def test_vmap_over_graphs_matches_each_graph():
+    """vmap over graphs of different structure batches the predecessor indices (the scan's
+    per-slot `cond` becomes a select): still each graph's own metrics."""
+    n, m, p_max, _ = hst.MODEL_SHAPE
+    llama = hj.graphs.TransformerConfig(
+        name="llama-1", arch="llama", d_model=64, n_layers=1, n_heads=4, d_ff=128,
+        vocab_size=100, n_kv_heads=2,
+    )  # fmt: skip
+    gs = [hst.tiny_model(), hj.graphs.pad(hj.graphs.transformer(llama, seq_len=16), n, m, p_max)]
+    assert not np.array_equal(np.asarray(gs[0].preds), np.asarray(gs[1].preds))
+    stacked, p = hj.graphs.stack(gs), _platform()
+    bp = jnp.zeros((2, m), jnp.int32).at[:, 2].set(1)
+    plans = hj.Plan(
+        placement=jax.vmap(lambda g, b: b[g.block])(stacked, bp), batch=jnp.full(2, 4.0)
+    )
+    out = jax.jit(jax.vmap(hj.evaluate, in_axes=(0, None, 0)))(stacked, p, plans)
+    for k, g in enumerate(gs):
+        ref = hst.evaluate(g, p, _row(plans, k))
+        for f in ref.__dataclass_fields__:
+            np.testing.assert_allclose(getattr(out, f)[k], getattr(ref, f), rtol=1e-6, err_msg=f)

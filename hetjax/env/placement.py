@@ -237,14 +237,13 @@ def _exact_metrics(graph, platform, block_placement, batch, sched) -> Metrics:
     xfer = platform.link_latency[src, dst] + sent / platform.link_bw[src, dst]
     xfer = jnp.where(cross, xfer, 0.0)
     trg = cross & trig[..., None]
-    on_dst = jnp.arange(d_max)[None, :, None] == dev[:, None, :]
     link = src * d_max + dst
     on_link = jnp.arange(d_max * d_max)[None, None, :, None] == link[:, :, None, :]
     charged = jnp.where(trg, xfer, 0.0)
     link_busy = jnp.sum(jnp.where(on_link, charged[:, :, None], 0.0), axis=(0, 1))
     moved = jnp.sum(jnp.where(on_link & trg[:, :, None], sent[:, :, None], 0.0), axis=(0, 1))
     m = _metrics(
-        graph, platform, bt, on_dst, dur, unplaceable, finish[:, None], charged.sum(axis=1),
+        graph, platform, bt, dev, dur, unplaceable, finish[:, None], charged.sum(axis=1),
         link_busy.reshape(d_max, d_max, 1), moved.reshape(d_max, d_max, 1),
     )  # fmt: skip
     return jax.tree.map(lambda x: x[..., 0], m)
