@@ -117,7 +117,7 @@ class _Step(NamedTuple):
 
 
 class _Carry(NamedTuple):
-    """Scan state for C plans: the arrival table and the running sums of the metrics."""
+    """Scan state for C plans: the arrival table, free times and running link totals."""
 
     arrival: jax.Array  # f[N * D, C]   when op p's output is on device d, s (-1: not yet)
     dev_free: jax.Array  # f[D, C]      when each device finishes its last op, s
@@ -145,8 +145,9 @@ def _simulate_chunk(graph: LayerGraph, platform: Platform, placement, batch):
     device holds its finish time, another device the arrival of its output there, and -1 marks
     a tensor not yet sent, so the first consumer on a device finds it unsent and triggers the
     transfer (SPEC: once per destination). Predecessor indices are the same for every plan,
-    so each step reads and writes whole rows of the table (no per-plan gather), and the link,
-    device and memory totals are summed in the carry rather than over [N, P, D*D, C] tensors.
+    so each step reads and writes whole rows of the table (no per-plan gather); the link
+    totals are summed in the carry (no [N, P, D*D, C] tensors), the device and memory totals
+    by reductions over ops after the scan (`_device_totals`, shared with the environment).
     """
     n, p_max, d_max = graph.n_max, graph.p_max, platform.d_max
     n_links = d_max * d_max
