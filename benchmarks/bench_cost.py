@@ -3,7 +3,8 @@
     .venv/bin/python benchmarks/bench_cost.py [--model bert-base] [--platform edge] [--quick]
 
 For op and block granularity, times `hj.evaluate` on B random plans (B = 1, 64, 1024, 16384)
-and the float64 plain-Python reference (`hetjax.reference`) on a few plans in the same run,
+and the float64 plain-Python reference (`hetjax.reference`) on a few plans in the same run (both
+timed as the median of repeats),
 reports evaluations/s, the speed-up over the reference and the compile time. Writes
 benchmarks/results/cost.json.
 """
@@ -49,13 +50,18 @@ def main(argv=None) -> dict:
     rows = []
     for gran in ("op", "block"):
         graph = hj.graphs.transformer(args.model, granularity=gran)
-        # the reference: plain Python float64, a few plans
+        # the reference: plain Python float64, a few plans, timed like the JAX rows (median of
+        # repeats of at least `min_time` each), so the ratio compares like with like
         plans = random_plans(jax.random.key(1), graph, platform, 8)
         pl, bt = np.asarray(plans.placement), np.asarray(plans.batch)
-        t0 = time.perf_counter()
-        for i in range(len(bt)):
-            evaluate_reference(graph, platform, pl[i], float(bt[i]))
-        ref_rate = len(bt) / (time.perf_counter() - t0)
+
+        def reference(graph=graph, pl=pl, bt=bt):
+            for i in range(len(bt)):
+                evaluate_reference(graph, platform, pl[i], float(bt[i]))
+
+        ref_rate = len(bt) / timeit(
+            reference, repeats=3 if args.quick else 5, min_time=0.05 if args.quick else 0.3
+        )
         rows.append(dict(granularity=gran, impl="reference (Python f64)", B=1, rate=ref_rate,
                          speedup=1.0, compile_s=0.0))  # fmt: skip
         fn = jax.jit(hj.evaluate)
