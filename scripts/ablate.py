@@ -39,6 +39,7 @@ VARIANTS = {
     "epsilon 0": {"epsilon": 0.0},
     "greedy-baseline advantage": {"advantage": "greedy_baseline"},
     "attention encoder": {"encoder": "attention"},
+    "ppo 100 updates": {"num_updates": 100},
 }
 
 
@@ -46,7 +47,8 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("runs/ablate"))
     ap.add_argument("--held-out", type=int, default=256)
-    default = ["default", "imitation off", "bc off", "teacher ties lexmin", "epsilon 0"]
+    default = ["default", "imitation off", "bc off", "teacher ties lexmin", "epsilon 0",
+               "ppo 100 updates"]  # fmt: skip
     ap.add_argument("--variants", nargs="+", default=default, choices=list(VARIANTS))
     args = ap.parse_args(argv)
     console = Console()
