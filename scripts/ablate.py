@@ -10,7 +10,8 @@ options (epsilon, advantage, ...) starts PPO from the default run's clone, which
 network it would have cloned itself.
 Prints a table of the validation gap after imitation and along PPO, the held-out gap and the
 wall time, and writes OUT/ablations.json (atomically) and OUT/ablations.png (validation gap
-per update of every variant).
+per update of every variant). Variants summarised there by an earlier call with other
+`--variants` are kept, so variants can be run one at a time.
 """
 
 from __future__ import annotations
@@ -80,6 +81,11 @@ def main(argv=None) -> None:
             "preset_gap_pct": doc["preset"]["gap_pct"],
             "wall_s": doc["training"]["wall_s"],
         }
+    # variants measured by an earlier call (another --variants) stay in the summary
+    summary = args.out / "ablations.json"
+    earlier = json.loads(summary.read_text()) if summary.exists() else {}
+    results = {**{k: v for k, v in earlier.items() if k in VARIANTS and k not in results},
+               **results}  # fmt: skip
     table = Table(title="ablations: gap to the exact optimum (%)")
     for col in ("variant", "val after imitation", "val at end", "held-out mean", "held-out "
                 "median", "within 1 %", "preset", "train wall s"):  # fmt: skip
@@ -92,7 +98,7 @@ def main(argv=None) -> None:
                       f"{100 * r['held_out_within_1pct']:.0f}%", f"{r['preset_gap_pct']:.2f}",
                       f"{r['wall_s']:.0f}")  # fmt: skip
     console.print(table)
-    write_json(args.out / "ablations.json", results)
+    write_json(summary, results)
     _plot(results, args.out / "ablations.png")
     console.print(f"wrote {args.out}/ablations.json and ablations.png")
 
