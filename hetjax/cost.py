@@ -182,8 +182,6 @@ def _simulate_chunk(graph: LayerGraph, platform: Platform, placement, batch):
             x = jnp.where(send, x, 0.0)
             sent_at = jnp.maximum(finish_p, _select(on_link, link_free)) + x
             rows = jnp.where(on_dst & send, sent_at, rows)
-            # materialise the rows first: a DUS fused with its producer loops over the table
-            rows = jax.lax.optimization_barrier(rows)
             return (
                 jax.lax.dynamic_update_slice_in_dim(arrival, rows, s.pred[k] * d_max, 0),
                 jnp.where(on_link, sent_at, link_free),
@@ -205,7 +203,7 @@ def _simulate_chunk(graph: LayerGraph, platform: Platform, placement, batch):
         dev_free = carry.dev_free
         start = jnp.maximum(_select(on_dst, dev_free), ready)
         fin = start + s.dur
-        row = jax.lax.optimization_barrier(jnp.where(on_dst, fin, -1.0).astype(dtype))
+        row = jnp.where(on_dst, fin, -1.0).astype(dtype)
         arrival = jax.lax.dynamic_update_slice_in_dim(arrival, row, s.i * d_max, 0)
         carry = _Carry(
             arrival=arrival,
