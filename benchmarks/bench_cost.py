@@ -3,10 +3,9 @@
     .venv/bin/python benchmarks/bench_cost.py [--model bert-base] [--platform edge] [--quick]
 
 For op and block granularity, times `hj.evaluate` on B random plans (B = 1, 64, 1024, 16384)
-and the float64 plain-Python reference (`hetjax.reference`) on a few plans in the same run (both
-timed as the median of repeats),
-reports evaluations/s, the speed-up over the reference and the compile time. Writes
-benchmarks/results/cost.json.
+and the float64 plain-Python reference (`hetjax.reference`) on a few plans in the same run, both
+as the median of repeats, and reports evaluations/s, the speed-up over the reference and the
+compile time. Writes benchmarks/results/cost.json.
 """
 
 from __future__ import annotations

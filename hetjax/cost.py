@@ -200,14 +200,12 @@ def _simulate_chunk(graph: LayerGraph, platform: Platform, placement, batch):
                 s.active[k], functools.partial(visit, k), lambda state: state, state
             )
         arrival, link_free, link_busy, moved, ready, charged = state
-        dev_free = carry.dev_free
-        start = jnp.maximum(_select(on_dst, dev_free), ready)
-        fin = start + s.dur
-        row = jnp.where(on_dst, fin, -1.0).astype(dtype)
+        fin = jnp.maximum(_select(on_dst, carry.dev_free), ready) + s.dur
+        row = jnp.where(on_dst, fin, -1.0)  # own device: finish; others: not sent yet
         arrival = jax.lax.dynamic_update_slice_in_dim(arrival, row, s.i * d_max, 0)
         carry = _Carry(
             arrival=arrival,
-            dev_free=jnp.where(on_dst & s.real, fin, dev_free),
+            dev_free=jnp.where(on_dst & s.real, fin, carry.dev_free),
             link_free=link_free,
             link_busy=link_busy,
             moved=moved,

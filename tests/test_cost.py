@@ -144,17 +144,6 @@ def test_evaluate_under_lax_scan():
     np.testing.assert_allclose(total, np.sum(ms.latency), rtol=1e-6)
 
 
-def test_chunked_plans_equal_one_at_a_time():
-    """Many plans in chunks (the last one padded) give each plan's metrics exactly as alone."""
-    g, p = hst.tiny_model(), _platform()
-    plans = _plans(g, 3, 10, seed=5)
-    many = hst.evaluate(g, p, plans, chunk=4)  # chunks of 4 + 4 + 2
-    for k in range(10):
-        m = hst.evaluate(g, p, _row(plans, k))
-        for f in m.__dataclass_fields__:
-            np.testing.assert_allclose(getattr(many, f)[k], getattr(m, f), rtol=1e-6, err_msg=f)
-
-
 def test_vmap_over_graphs_matches_each_graph():
     """vmap over graphs of different structure batches the predecessor indices (the scan's
     per-slot `cond` becomes a select): still each graph's own metrics."""
