@@ -5,12 +5,16 @@
 For op and block granularity, times `hj.evaluate` on B random plans (B = 1, 64, 1024, 16384)
 and the float64 plain-Python reference (`hetjax.reference`) on a few plans in the same run, both
 as the median of repeats, and reports evaluations/s, the speed-up over the reference and the
-compile time. Writes benchmarks/results/cost.json.
+compile time. With more than one core it also times `hj.evaluate_sharded`, the plans split over
+one CPU device per core (`--devices`, default all cores; 1 skips those rows), at B = 4096,
+16384, 65536 (below two chunks of plans per device it runs `hj.evaluate` itself). Writes
+benchmarks/results/cost.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -42,9 +46,22 @@ def main(argv=None) -> dict:
     ap.add_argument("--model", default="bert-base")
     ap.add_argument("--platform", default="edge")
     ap.add_argument("--sizes", default="1,64,1024,16384")
+    ap.add_argument(
+        "--sharded-sizes",
+        default="4096,16384,65536",
+        help="B for the evaluate_sharded rows (it shards from 2 chunks per device)",
+    )
+    ap.add_argument(
+        "--devices",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="CPU devices for the evaluate_sharded rows (default: one per core)",
+    )
     ap.add_argument("--quick", action="store_true", help="fewer repeats (smoke run)")
     args = ap.parse_args(argv)
+    n_dev = hj.use_cpu_devices(args.devices)  # before JAX runs anything
     sizes = [int(s) for s in args.sizes.split(",")]
+    sharded_sizes = [int(s) for s in args.sharded_sizes.split(",")]
     platform = hj.hardware.preset(args.platform)
     rows = []
     for gran in ("op", "block"):
@@ -63,22 +80,26 @@ def main(argv=None) -> dict:
         )
         rows.append(dict(granularity=gran, impl="reference (Python f64)", B=1, rate=ref_rate,
                          speedup=1.0, compile_s=0.0))  # fmt: skip
-        fn = jax.jit(hj.evaluate)
-        for b in sizes:
-            plans = random_plans(jax.random.key(b), graph, platform, b)
-            t0 = time.perf_counter()
-            jax.block_until_ready(fn(graph, platform, plans))
-            compile_s = time.perf_counter() - t0
-            sec = timeit(
-                lambda fn=fn, graph=graph, plans=plans: jax.block_until_ready(
-                    fn(graph, platform, plans)
-                ),
-                repeats=3 if args.quick else 5,
-                min_time=0.05 if args.quick else 0.3,
-            )
-            rate = b / sec
-            rows.append(dict(granularity=gran, impl="hj.evaluate (JAX f32)", B=b, rate=rate,
-                             speedup=rate / ref_rate, compile_s=compile_s))  # fmt: skip
+        impls = [("hj.evaluate (JAX f32)", jax.jit(hj.evaluate), sizes)]
+        if n_dev > 1:
+            impls.append((f"hj.evaluate_sharded ({n_dev} CPU devices)", hj.evaluate_sharded,
+                          sharded_sizes))  # fmt: skip
+        for impl, fn, impl_sizes in impls:
+            for b in impl_sizes:
+                plans = random_plans(jax.random.key(b), graph, platform, b)
+                t0 = time.perf_counter()
+                jax.block_until_ready(fn(graph, platform, plans))
+                compile_s = time.perf_counter() - t0
+                sec = timeit(
+                    lambda fn=fn, graph=graph, plans=plans: jax.block_until_ready(
+                        fn(graph, platform, plans)
+                    ),
+                    repeats=3 if args.quick else 5,
+                    min_time=0.05 if args.quick else 0.3,
+                )
+                rate = b / sec
+                rows.append(dict(granularity=gran, impl=impl, B=b, rate=rate,
+                                 speedup=rate / ref_rate, compile_s=compile_s))  # fmt: skip
 
     table = Table(title=f"cost model: {args.model} on {args.platform}, evaluations/s")
     for col in ("granularity", "implementation", "plans B", "evals/s", "x reference",
@@ -87,9 +108,9 @@ def main(argv=None) -> dict:
     for r in rows:
         table.add_row(r["granularity"], r["impl"], str(r["B"]), f"{r['rate']:,.0f}",
                       f"{r['speedup']:,.0f}", f"{r['compile_s']:.2f}")  # fmt: skip
-    Console().print(table)
+    Console(width=130).print(table)
     doc = {"benchmark": "cost", "model": args.model, "platform": args.platform,
-           "machine": machine(), "rows": rows}  # fmt: skip
+           "devices": n_dev, "machine": machine(), "rows": rows}  # fmt: skip
     print("wrote", write_json("cost", doc))
     return doc
 

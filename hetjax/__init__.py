@@ -1,10 +1,11 @@
 """hetjax: place Transformer layers on heterogeneous accelerators, in pure JAX."""
 
-from hetjax import cost, graphs, hardware
+from hetjax import cost, graphs, hardware, parallel
 from hetjax.compilation_cache import enable_compilation_cache
 from hetjax.cost import DEFAULT_WEIGHTS, Metrics, Plan, evaluate, reference_plan, score
 from hetjax.errors import (
     CheckpointError,
+    DeviceError,
     GraphError,
     HetjaxError,
     NotAChainError,
@@ -15,6 +16,7 @@ from hetjax.errors import (
 )
 from hetjax.graphs import LayerGraph
 from hetjax.hardware import Platform
+from hetjax.parallel import evaluate_sharded, use_cpu_devices
 
 __version__ = "0.1.0"
 
@@ -36,6 +38,7 @@ __all__ = [
     "cost",
     "graphs",
     "hardware",
+    "parallel",
     "baselines",
     "exact",
     "env",
@@ -48,6 +51,8 @@ __all__ = [
     "Plan",
     "Metrics",
     "evaluate",
+    "evaluate_sharded",
+    "use_cpu_devices",
     "score",
     "reference_plan",
     "DEFAULT_WEIGHTS",
@@ -60,4 +65,5 @@ __all__ = [
     "NotAChainError",
     "OnnxImportError",
     "CheckpointError",
+    "DeviceError",
 ]

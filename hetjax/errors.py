@@ -11,6 +11,7 @@ __all__ = [
     "NotAChainError",
     "OnnxImportError",
     "CheckpointError",
+    "DeviceError",
 ]
 
 
@@ -47,3 +48,7 @@ class OnnxImportError(HetjaxError, ValueError):
 
 class CheckpointError(HetjaxError, ValueError):
     """A checkpoint or run directory is missing, corrupt or does not match the config."""
+
+
+class DeviceError(HetjaxError, RuntimeError):
+    """JAX's devices cannot be set up as asked (e.g. CPU devices requested too late)."""
