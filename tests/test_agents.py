@@ -5,6 +5,8 @@ The tests that compile the training loop use a tiny config (bert-tiny, 8 environ
 """
 
 import dataclasses
+import importlib.util
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -333,3 +335,14 @@ def test_train_job_writes_the_report_and_place_reads_it(tmp_path):
     assert doc["training"]["selected_update"] in (0, 2)
     config, params = load_policy(tmp_path)
     assert config == cfg and jax.tree.structure(params) is not None
+
+    # scripts/gap_breakdown.py: the report's greedy gap, split into batch choice + placement
+    spec = importlib.util.spec_from_file_location(
+        "gap_breakdown", Path(__file__).resolve().parents[1] / "scripts" / "gap_breakdown.py"
+    )
+    gap_breakdown = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gap_breakdown)
+    parts = gap_breakdown.breakdown(tmp_path, 4)
+    assert parts["mean_gap_pct"] == pytest.approx(held["policy"]["mean_gap_pct"], abs=1e-6)
+    assert parts["batch_mean_gap_pct"] >= -1e-6 and parts["placement_mean_gap_pct"] >= -1e-6
+    assert sum(parts["chosen_batch_counts"]) == sum(parts["optimal_batch_counts"]) == 4
