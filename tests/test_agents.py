@@ -6,6 +6,7 @@ The tests that compile the training loop use a tiny config (bert-tiny, 8 environ
 
 import dataclasses
 import importlib.util
+import json
 from pathlib import Path
 
 import jax
@@ -92,7 +93,8 @@ def test_imitation_lowers_loss_and_ppo_starts_from_the_clone(setup, teacher):
 def test_imitation_fits_the_value_head_to_the_teachers_return(setup, teacher):
     clone, loss_fn, observe = ppo.make_imitation(setup, teacher)
     runner = jax.jit(lambda k: ppo.init_runner(setup, k))(jax.random.key(3))
-    obs, to_go = jax.jit(observe)(jax.random.key(0))
+    obs, to_go, valid = jax.jit(observe)(jax.random.key(0))
+    assert np.asarray(valid).all()  # one model: every replayed step is a teacher step
     # gamma = 1 and a terminal reward: the return to go of every step is the episode's score
     final = np.asarray(to_go).reshape(setup.episode_len, -1)
     np.testing.assert_allclose(final, np.broadcast_to(final[0], final.shape), rtol=1e-6)
@@ -133,6 +135,46 @@ def test_best_of_k_is_at_least_greedy_and_its_plan_scores_what_it_says(setup):
         ref = hj.evaluate(g, p, hj.reference_plan(g))
         s = float(hj.score(hj.evaluate(g, p, plan), ref, c.weights))
         assert s == pytest.approx(float(best[i]), rel=1e-5)
+
+
+MIXED = dataclasses.replace(TINY, models=("bert-mini",), imitation_platforms=6)
+
+
+def test_mixed_models_teacher_replay_and_training(setup):
+    """Environments drawing bert-tiny (4 blocks + batch) or bert-mini (10 + batch): the exact
+    teacher solves each platform for its own model, the replay marks the steps after a
+    shorter model's episode as padding, and the policy trains and acts on both."""
+    mixed = ppo.make_setup(MIXED)
+    assert mixed.mixed and mixed.model_names == ("bert-tiny", "bert-mini")
+    assert mixed.episode_len == 1 + int(np.asarray(mixed.graphs.block_mask[1]).sum())
+    key = jax.random.key(11)
+    teacher = agents.make_teacher(mixed, key, kind="exact")
+    models = np.asarray(teacher.models)
+    assert set(models) == {0, 1}, models  # this key draws both
+    np.testing.assert_array_equal(models, ppo.sample_models(mixed, key, 6))
+    # each teacher plan is its model's exact optimum: replaying its actions scores that
+    _, loss_fn, observe = ppo.make_imitation(mixed, teacher)
+    obs, to_go, valid = jax.jit(observe)(jax.random.key(0))
+    valid = np.asarray(valid).reshape(mixed.episode_len, -1)
+    lengths = 1 + np.asarray(mixed.graphs.block_mask).sum(1)[models]
+    np.testing.assert_array_equal(valid.sum(0), lengths)
+    platforms = ppo.sample_platforms(mixed, key, 6)
+    optimum, _ = agents.exact_scores(mixed, platforms, models=models)
+    first = np.asarray(to_go).reshape(mixed.episode_len, -1)[0]
+    np.testing.assert_allclose(first, optimum, rtol=1e-5)
+    # one model's optimum differs from the other's on the same platform
+    other, _ = agents.exact_scores(mixed, platforms, models=1 - models)
+    assert not np.allclose(optimum, other)
+    # train (clone + 2 updates) and act greedily on either model
+    out = jax.jit(ppo.make_train(MIXED, teacher))(jax.random.key(0))
+    for m in (0, 1):
+        score, actions = ppo.greedy_rollout(mixed, out["runner"].params, jax.random.key(1),
+                                            platforms, jnp.full(6, m))  # fmt: skip
+        assert np.isfinite(np.asarray(score)).all() and (np.asarray(score) > 0).all()
+    with pytest.raises(hj.HetjaxError, match="at most once"):
+        ppo.make_setup(dataclasses.replace(TINY, models=("bert-tiny",)))
+    with pytest.raises(hj.HetjaxError, match="one model"):
+        ppo.make_setup(dataclasses.replace(MIXED, imitation_ties="lexmin"))
 
 
 def test_bc_term_keeps_ppo_close_to_the_teacher(setup, teacher):
@@ -346,3 +388,17 @@ def test_train_job_writes_the_report_and_place_reads_it(tmp_path):
     assert parts["mean_gap_pct"] == pytest.approx(held["policy"]["mean_gap_pct"], abs=1e-6)
     assert parts["batch_mean_gap_pct"] >= -1e-6 and parts["placement_mean_gap_pct"] >= -1e-6
     assert sum(parts["chosen_batch_counts"]) == sum(parts["optimal_batch_counts"]) == 4
+
+
+def test_train_job_on_mixed_models_reports_each(tmp_path):
+    from hetjax.agents.commands import train_job
+
+    doc = train_job(MIXED, tmp_path, held_out=4, chunk=2, progress=False, best_of=0)
+    by_model = doc["held_out"]["by_model"]
+    assert list(by_model) == ["bert-tiny", "bert-mini"]
+    # the model-0 row is the report's greedy row: same platforms, same key
+    assert by_model["bert-tiny"]["mean_gap_pct"] == pytest.approx(
+        doc["held_out"]["policy"]["mean_gap_pct"], abs=1e-9
+    )
+    assert all(s["mean_gap_pct"] >= -1e-6 for s in by_model.values())
+    assert json.loads((tmp_path / "config.json").read_text())["ppo"]["models"] == ["bert-mini"]

@@ -22,6 +22,7 @@ from hetjax.agents.ppo import (
     make_setup,
     make_train,
     make_update,
+    sample_models,
     sample_platforms,
 )
 from hetjax.agents.teachers import canonical_ties, exact_scores, make_teacher, plan_to_actions
@@ -45,6 +46,7 @@ __all__ = [
     "best_of_k_rollout",
     "demo_pairs",
     "sample_platforms",
+    "sample_models",
     "behaviour_log_prob",
     "masked_logits",
     "exact_scores",

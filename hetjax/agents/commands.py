@@ -74,6 +74,10 @@ def register(app) -> None:
     @app.command("train")
     def train_cmd(
         model: Annotated[str, typer.Option(help="built-in model")] = "bert-base",
+        models: Annotated[
+            str | None,
+            typer.Option(help="more models to train on, comma-separated (e.g. gpt2,bert-large)"),
+        ] = None,
         platform: Annotated[str, typer.Option(help="preset to sample platforms around")] = "edge",
         num_envs: Annotated[int | None, typer.Option(help="parallel environments")] = None,
         num_updates: Annotated[int | None, typer.Option(help="PPO updates")] = None,
@@ -108,7 +112,8 @@ def register(app) -> None:
                      imitation_platforms=imitation_platforms, imitation_ties=imitation_ties,
                      epsilon=epsilon, bc_coef=bc_coef,
                      advantage=advantage, encoder=encoder)  # fmt: skip
-        config = PPOConfig(model=model, platform=platform, seed=seed,
+        extra = tuple(m.strip() for m in models.split(",") if m.strip()) if models else ()
+        config = PPOConfig(model=model, models=extra, platform=platform, seed=seed,
                            **{k: v for k, v in given.items() if v is not None})  # fmt: skip
         doc = train_job(config, out, resume=resume, held_out=held_out, chunk=chunk, best_of=best_of)
         p, h = doc["preset"], doc["held_out"]
@@ -136,6 +141,14 @@ def register(app) -> None:
             t2.add_row(name, f"{s['mean_gap_pct']:.2f}", f"{s['median_gap_pct']:.2f}",
                        f"{100 * s['within_1pct']:.1f}", f"{s['wall_s']:.2f}")  # fmt: skip
         console.print(t2)
+        if "by_model" in h:
+            t3 = Table(title=f"greedy policy per trained model, {h['n']} held-out platforms")
+            for col in ("model", "mean gap %", "median gap %", "within 1 %"):
+                t3.add_column(col, justify="right")
+            for name, s in h["by_model"].items():
+                t3.add_row(name, f"{s['mean_gap_pct']:.2f}", f"{s['median_gap_pct']:.2f}",
+                           f"{100 * s['within_1pct']:.1f}")  # fmt: skip
+            console.print(t3)
         console.print(f"wrote {out}/report.json, metrics.csv, learning_curve.png, "
                       "load_distribution.png, checkpoint.msgpack")  # fmt: skip
 
@@ -153,7 +166,7 @@ def register(app) -> None:
         from hetjax.cli import metrics_rows
 
         config, params = load_policy(checkpoint)
-        config = dataclasses.replace(config, model=model or config.model,
+        config = dataclasses.replace(config, model=model or config.model, models=(),
                                      platform=platform or config.platform)  # fmt: skip
         setup = ppo.make_setup(config)
         plan = report.policy_plan(setup, params, setup.base)

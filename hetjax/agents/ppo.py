@@ -38,6 +38,7 @@ __all__ = [
     "make_setup",
     "behaviour_log_prob",
     "sample_platforms",
+    "sample_models",
     "greedy_rollout",
     "best_of_k_rollout",
     "demo_pairs",
@@ -54,6 +55,9 @@ class PPOConfig:
     on a 2-core CPU."""
 
     model: str = "bert-base"
+    # more built-in models to train on: each environment draws one of (model,) + models per
+    # update (uniformly); the report and `hetjax place` default to `model`
+    models: tuple[str, ...] = ()
     seq_len: int = 128
     platform: str = "edge"  # preset around which training platforms are sampled
     spread: float = 2.0  # log-uniform factor of `hj.hardware.sample`
@@ -107,7 +111,7 @@ class PPOConfig:
 
 
 # Fields added to PPOConfig after runs were saved without them, and the value those runs used.
-LEGACY_DEFAULTS = {"bc_coef": 0.0, "imitation_ties": "as_solved"}
+LEGACY_DEFAULTS = {"bc_coef": 0.0, "imitation_ties": "as_solved", "models": ()}
 
 
 class Transition(NamedTuple):
@@ -133,6 +137,7 @@ class Teacher(NamedTuple):
 
     platforms: object  # Platform with leading [K]
     actions: jax.Array  # int32[K, T] batch index, then the device of each block
+    models: jax.Array | None = None  # int32[K] index into Setup.model_names; None: all model 0
 
 
 @dataclass(frozen=True)
@@ -141,12 +146,19 @@ class Setup:
 
     config: PPOConfig
     env: PlacementEnv
-    graph: object  # padded LayerGraph
+    graph: object  # padded LayerGraph of config.model
     base: object  # the preset Platform (padded)
     network: ActorCritic
-    episode_len: int
+    episode_len: int  # 1 + the most blocks of any model
     optimizer: object = field(compare=False)
     total_steps: int = 0
+    model_names: tuple[str, ...] = ()  # (config.model,) + config.models
+    graphs: object = field(default=None, compare=False)  # LayerGraph stacked [G], same padding
+
+    @property
+    def mixed(self) -> bool:
+        """Environments draw their model from more than one."""
+        return len(self.model_names) > 1
 
 
 def make_setup(config: PPOConfig) -> Setup:
@@ -162,14 +174,22 @@ def make_setup(config: PPOConfig) -> Setup:
         raise hj.PlanError(f"imitation_ties={config.imitation_ties!r}: must be one of {TIES}")
     if config.encoder not in ENCODERS:
         raise hj.PlanError(f"encoder={config.encoder!r}: must be one of {ENCODERS}")
+    if config.models and config.imitation_ties != "as_solved":
+        raise hj.PlanError(f"imitation_ties={config.imitation_ties!r} takes one model; "
+                           f"models={config.models!r} trains on several")  # fmt: skip
     if not 0.0 <= config.epsilon < 1.0:
         raise hj.PlanError(f"epsilon={config.epsilon}: must be in [0, 1)")
-    graph = hj.graphs.transformer(config.model, seq_len=config.seq_len)
+    names = (config.model,) + tuple(config.models)
+    if len(set(names)) != len(names):
+        raise hj.PlanError(f"models={config.models!r}: each model at most once, {config.model!r}"
+                           " (the model) included")  # fmt: skip
+    graphs = [hj.graphs.transformer(name, seq_len=config.seq_len) for name in names]
     base = hj.hardware.preset(config.platform)
-    env = PlacementEnv.sized_for([graph], [base], num_batches=len(config.batches))
-    graph = env.pad_graph(graph)
+    env = PlacementEnv.sized_for(graphs, [base], num_batches=len(config.batches))
+    graphs = [env.pad_graph(g) for g in graphs]
+    graph = graphs[0]
     base = env.pad_platform(base)
-    episode_len = 1 + int(np.asarray(graph.block_mask).sum())
+    episode_len = 1 + max(int(np.asarray(g.block_mask).sum()) for g in graphs)
     network = ActorCritic(env.num_actions, config.width, config.heads, config.layers,
                           config.encoder)  # fmt: skip
     minibatch_steps = config.update_epochs * config.num_minibatches * config.num_updates
@@ -181,8 +201,8 @@ def make_setup(config: PPOConfig) -> Setup:
     optimizer = optax.chain(
         optax.clip_by_global_norm(config.max_grad_norm), optax.adam(lr, eps=1e-5)
     )
-    return Setup(config, env, graph, base, network, episode_len, optimizer,
-                 minibatch_steps)  # fmt: skip
+    return Setup(config, env, graph, base, network, episode_len, optimizer, minibatch_steps,
+                 names, hj.graphs.stack(graphs))  # fmt: skip
 
 
 def sample_platforms(setup: Setup, key, n: int):
@@ -190,11 +210,26 @@ def sample_platforms(setup: Setup, key, n: int):
     return hj.hardware.sample(key, n, base=setup.base, spread=setup.config.spread)
 
 
-def _env_params(setup: Setup, platforms):
+def sample_models(setup: Setup, key, n: int):
+    """int32[n]: the model (index into `setup.model_names`) of each of n environments whose
+    platforms came from `sample_platforms(setup, key, n)`; all 0 with one model."""
+    if not setup.mixed:
+        return jnp.zeros((n,), jnp.int32)
+    return jax.random.randint(jax.random.fold_in(key, 1), (n,), 0, len(setup.model_names))
+
+
+def _env_params(setup: Setup, platforms, models=None):
     c = setup.config
-    return jax.vmap(
-        lambda p: setup.env.make_params(setup.graph, p, weights=c.weights, batches=c.batches)
-    )(platforms)
+    if models is None or not setup.mixed:
+        return jax.vmap(
+            lambda p: setup.env.make_params(setup.graph, p, weights=c.weights, batches=c.batches)
+        )(platforms)
+
+    def one(p, m):
+        graph = jax.tree.map(lambda x: x[m], setup.graphs)
+        return setup.env.make_params(graph, p, weights=c.weights, batches=c.batches)
+
+    return jax.vmap(one)(platforms, models)
 
 
 def behaviour_log_prob(logits, mask, action, epsilon):
@@ -242,20 +277,21 @@ def _rollout(setup: Setup, net_params, key, params, epsilon, greedy=False):
     return traj
 
 
-def greedy_rollout(setup: Setup, net_params, key, platforms):
-    """Scores f32[E] and block placements of the greedy (argmax) policy on each platform."""
-    params = _env_params(setup, platforms)
+def greedy_rollout(setup: Setup, net_params, key, platforms, models=None):
+    """Scores f32[E] and actions int32[T, E] of the greedy (argmax) policy on each platform
+    (`models` int32[E]: each environment's model; default `config.model`)."""
+    params = _env_params(setup, platforms, models)
     traj = _rollout(setup, net_params, key, params, 0.0, greedy=True)
     score = jnp.sum(jnp.where(traj.done & traj.valid, traj.score, 0.0), 0)
     return score, traj.action
 
 
-def best_of_k_rollout(setup: Setup, net_params, key, platforms, k: int):
+def best_of_k_rollout(setup: Setup, net_params, key, platforms, k: int, models=None):
     """Scores f32[E] and actions int32[T, E] of the best of the greedy episode and `k` episodes
     sampled from the policy (epsilon 0) on each platform: the policy as a search heuristic,
     k + 1 simulations per platform. Samples run one after another (`lax.map`) to bound
     memory."""
-    params = _env_params(setup, platforms)
+    params = _env_params(setup, platforms, models)
 
     def episode(kk, greedy):
         traj = _rollout(setup, net_params, kk, params, 0.0, greedy=greedy)
@@ -318,15 +354,16 @@ def _ppo_loss(setup: Setup, net_params, batch, adv, target):
 def make_update(setup: Setup, demos=None):
     """update(runner) -> (runner, metrics): sample platforms, roll out, PPO epochs.
 
-    `demos` (observations with a leading axis, actions int32[S]: the teacher's episodes, see
-    `make_imitation`) with `bc_coef` > 0 adds their cross-entropy to every minibatch loss, so
+    `demos` (observations with a leading axis, actions int32[S], valid bool[S]: the teacher's
+    episodes, `demo_pairs`) with `bc_coef` > 0 adds their cross-entropy to every minibatch loss, so
     PPO improves on the cloned policy without drifting away from the teacher."""
     c = setup.config
     use_bc = demos is not None and c.bc_coef > 0
 
     def update(runner: RunnerState):
         key, k_plat, k_roll, k_perm = jax.random.split(runner.key, 4)
-        params = _env_params(setup, sample_platforms(setup, k_plat, c.num_envs))
+        params = _env_params(setup, sample_platforms(setup, k_plat, c.num_envs),
+                             sample_models(setup, k_plat, c.num_envs))  # fmt: skip
         k_roll, k_base = jax.random.split(k_roll)
         traj = _rollout(setup, runner.params, k_roll, params, c.epsilon)
         if c.advantage == "greedy_baseline":
@@ -344,15 +381,18 @@ def make_update(setup: Setup, demos=None):
             def loss(p, flat, kd):
                 total, info = _ppo_loss(setup, p, *flat)
                 if use_bc:
-                    obs, actions = demos
+                    obs, actions, valid = demos
                     size = min(c.imitation_batch, flat[1].shape[0])
                     pick = jax.random.randint(kd, (size,), 0, actions.shape[0])
                     logits, _ = jax.vmap(setup.network.apply, in_axes=(None, 0))(
                         p, jax.tree.map(lambda x: x[pick], obs)
                     )
-                    bc = optax.softmax_cross_entropy_with_integer_labels(
-                        logits, actions[pick]
-                    ).mean()
+                    bc = optax.softmax_cross_entropy_with_integer_labels(logits, actions[pick])
+                    if setup.mixed:  # padding steps of shorter models weigh 0
+                        w = valid[pick].astype(bc.dtype)
+                        bc = jnp.sum(w * bc) / jnp.maximum(jnp.sum(w), 1.0)
+                    else:
+                        bc = bc.mean()
                     total = total + c.bc_coef * bc
                     info = {**info, "bc_loss": bc}
                 return total, info
@@ -382,59 +422,77 @@ def make_update(setup: Setup, demos=None):
     return update
 
 
-def teacher_from_plans(setup: Setup, platforms, batch_index, block_placement) -> Teacher:
-    """Expert actions [K, T]: the batch choice, then the device of each real block in order."""
+def teacher_from_plans(setup: Setup, platforms, batch_index, block_placement,
+                       models=None) -> Teacher:  # fmt: skip
+    """Expert actions [K, T]: the batch choice, then the device of each real block in order
+    (a model with fewer blocks than the longest: padding actions after its episode ends)."""
     m = setup.episode_len - 1
     actions = jnp.concatenate(
         [jnp.asarray(batch_index, jnp.int32)[:, None],
          jnp.asarray(block_placement, jnp.int32)[:, :m]], axis=1
     )  # fmt: skip
-    return Teacher(platforms, actions)
+    return Teacher(platforms, actions, None if models is None else jnp.asarray(models, jnp.int32))
 
 
 def make_imitation(setup: Setup, teacher: Teacher):
     """clone(runner) -> (runner, losses f32[S]): cross-entropy on the teacher's actions, plus
     (`imitation_vf_coef` > 0) a squared error pulling the value head to the teacher's return
-    to go, so PPO's first advantages come from a fitted critic rather than a random one."""
+    to go, so PPO's first advantages come from a fitted critic rather than a random one.
+
+    Also returns `loss_fn(p, obs, action, target=None, weight=None)` and `observe(key) ->
+    (observations, return to go f32[S], valid bool[S])` over the S = T * K replayed steps
+    (valid: the step belongs to its teacher episode; with models of different lengths a
+    shorter one's episode ends early and the steps after it are padding)."""
     c = setup.config
     env, net = setup.env, setup.network
-    params = _env_params(setup, teacher.platforms)
+    params = _env_params(setup, teacher.platforms, teacher.models)
     k = teacher.actions.shape[0]
 
     def observe(key):  # replay the teacher's episodes: every observation and return to go
         obs, state = jax.vmap(env.reset)(jax.random.split(key, k), params)
 
         def step(carry, a):
-            obs, state = carry
-            obs2, state, reward, *_ = jax.vmap(env.step)(jax.random.split(key, k), state, a,
-                                                         params)  # fmt: skip
-            return (obs2, state), (obs, reward)
+            obs, state, alive = carry
+            obs2, state, reward, term, trunc, _ = jax.vmap(env.step)(
+                jax.random.split(key, k), state, a, params
+            )
+            return (obs2, state, alive & ~(term | trunc)), (obs, reward, alive)
 
-        _, (seen, rewards) = jax.lax.scan(step, (obs, state), teacher.actions.T)
+        _, (seen, rewards, alive) = jax.lax.scan(
+            step, (obs, state, jnp.ones(k, bool)), teacher.actions.T
+        )
+        rewards = jnp.where(alive, rewards, 0.0)
         to_go = jnp.flip(jnp.cumsum(jnp.flip(rewards, 0), 0), 0)  # [T, K], gamma = 1
         flat = lambda x: x.reshape((-1,) + x.shape[2:])  # noqa: E731
-        return jax.tree.map(flat, seen), flat(to_go)
+        return jax.tree.map(flat, seen), flat(to_go), flat(alive)
 
     tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(c.imitation_lr))
 
-    def loss_fn(p, obs, action, target=None):
+    def loss_fn(p, obs, action, target=None, weight=None):
         logits, value = jax.vmap(net.apply, in_axes=(None, 0))(p, obs)
-        ce = optax.softmax_cross_entropy_with_integer_labels(logits, action).mean()
-        if target is None or c.imitation_vf_coef == 0:
+        ce = optax.softmax_cross_entropy_with_integer_labels(logits, action)
+        se = None if target is None else (value - target) ** 2
+        if weight is None:
+            ce, se = ce.mean(), None if se is None else se.mean()
+        else:  # padding steps of shorter models weigh 0
+            w = weight.astype(ce.dtype) / jnp.maximum(jnp.sum(weight), 1)
+            ce, se = jnp.sum(w * ce), None if se is None else jnp.sum(w * se)
+        if se is None or c.imitation_vf_coef == 0:
             return ce
-        return ce + c.imitation_vf_coef * jnp.mean((value - target) ** 2)
+        return ce + c.imitation_vf_coef * se
 
     def clone(runner: RunnerState):
         key, k_obs, k_steps = jax.random.split(runner.key, 3)
-        obs, to_go = observe(k_obs)
+        obs, to_go, valid = observe(k_obs)
         actions = teacher.actions.T.reshape(-1)
         size = actions.shape[0]
 
         def step(carry, kk):
             p, s = carry
             idx = jax.random.randint(kk, (min(c.imitation_batch, size),), 0, size)
+            weight = valid[idx] if setup.mixed else None
             loss, g = jax.value_and_grad(loss_fn)(p, jax.tree.map(lambda x: x[idx], obs),
-                                                  actions[idx], to_go[idx])  # fmt: skip
+                                                  actions[idx], to_go[idx], weight)  # fmt: skip
             u, s = tx.update(g, s, p)
             return (optax.apply_updates(p, u), s), loss
 
@@ -490,8 +548,8 @@ def make_train(config: PPOConfig, teacher: Teacher | None = None):
 
 
 def demo_pairs(observe, teacher: Teacher):
-    """(observations [S], actions int32[S]) of every step of the teacher's episodes, for the
-    behaviour-cloning term of PPO (`observe` from `make_imitation`; the replay is deterministic,
-    its key only feeds the environment's unused step keys)."""
-    obs, _ = observe(jax.random.key(0))
-    return obs, teacher.actions.T.reshape(-1)
+    """(observations [S], actions int32[S], valid bool[S]) of every step of the teacher's
+    episodes, for the behaviour-cloning term of PPO (`observe` from `make_imitation`; the
+    replay is deterministic, its key only feeds the environment's unused step keys)."""
+    obs, _, valid = observe(jax.random.key(0))
+    return obs, teacher.actions.T.reshape(-1), valid

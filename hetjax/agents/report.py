@@ -75,7 +75,9 @@ def preset_report(setup: ppo.Setup, params) -> tuple[dict, hj.Plan, hj.Plan]:
 
 def held_out_report(setup: ppo.Setup, params, key, n: int, best_of: int = 0) -> dict:
     """Zero-shot on n platforms sampled from a stream training never used: the greedy policy,
-    (best_of > 0) the best of it and `best_of` sampled plans, and every baseline strategy."""
+    (best_of > 0) the best of it and `best_of` sampled plans, and every baseline strategy, all
+    on `config.model`; with several trained models also the greedy policy on each of them
+    ("by_model")."""
     c = setup.config
     platforms = ppo.sample_platforms(setup, key, n)
     t0 = time.perf_counter()
@@ -97,6 +99,14 @@ def held_out_report(setup: ppo.Setup, params, key, n: int, best_of: int = 0) -> 
         )
         out["policy_best_of_k"] = {**_summary(gap_pct(np.asarray(scores), optimum)),
                                    "k": best_of, "wall_s": time.perf_counter() - t0}  # fmt: skip
+    if setup.mixed:  # the greedy policy on the same platforms with each trained model
+        greedy = jax.jit(lambda p, k, pl, ms: ppo.greedy_rollout(setup, p, k, pl, ms)[0])
+        out["by_model"] = {}
+        for m, name in enumerate(setup.model_names):
+            models = jnp.full((n,), m, jnp.int32)
+            opt_m, _ = teachers.exact_scores(setup, platforms, models=models)
+            s = np.asarray(greedy(params, jax.random.fold_in(key, 1), platforms, models))
+            out["by_model"][name] = _summary(gap_pct(s, opt_m))
     g = setup.graph
     refs = jax.vmap(lambda p: hj.evaluate(g, p, hj.reference_plan(g)))(platforms)
     for name, strategy in baselines.STRATEGIES.items():

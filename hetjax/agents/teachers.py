@@ -7,32 +7,63 @@ import jax.numpy as jnp
 import numpy as np
 
 from hetjax import baselines, exact
-from hetjax.agents.ppo import Setup, Teacher, sample_platforms, teacher_from_plans
+from hetjax.agents.ppo import (
+    Setup,
+    Teacher,
+    sample_models,
+    sample_platforms,
+    teacher_from_plans,
+)
+from hetjax.cost import Plan
 
 __all__ = ["make_teacher", "plan_to_actions", "exact_scores", "canonical_ties"]
 
 
-def plan_to_actions(setup: Setup, plans):
-    """(batch index int32[K], block placement int32[K, M]) of op-level plans [K, N]."""
-    graph = setup.graph
-    first_op = np.asarray(
-        jax.ops.segment_min(jnp.arange(graph.n_max), graph.block, num_segments=graph.m_max)
-    )
-    first_op = np.clip(first_op, 0, graph.n_max - 1)
-    placement = np.asarray(plans.placement)[:, first_op]
+def plan_to_actions(setup: Setup, plans, models=None):
+    """(batch index int32[K], block placement int32[K, M]) of op-level plans [K, N] (of the
+    models int32[K], indices into `setup.model_names`; default all `config.model`)."""
+    if models is not None and setup.mixed:
+        first = np.stack([_first_ops(setup, g) for g in range(len(setup.model_names))])
+        first = first[np.asarray(models)]  # [K, M]
+    else:
+        first = _first_ops(setup, 0)[None]
+    placement = np.take_along_axis(np.asarray(plans.placement), first, axis=1)
     batches = np.asarray(setup.config.batches, np.float32)
     b = np.asarray(plans.batch, np.float32).reshape(-1, 1)
     index = np.argmin(np.abs(batches[None, :] - b), axis=1)
     return index.astype(np.int32), placement.astype(np.int32)
 
 
-def exact_scores(setup: Setup, platforms, workers: int | None = None) -> tuple[np.ndarray, object]:
+def _first_ops(setup: Setup, model: int) -> np.ndarray:
+    """int[M]: the first op of each block of model `model` (0 for padding blocks)."""
+    graph = jax.tree.map(lambda x: x[model], setup.graphs)
+    first_op = np.asarray(
+        jax.ops.segment_min(jnp.arange(graph.n_max), graph.block, num_segments=graph.m_max)
+    )
+    return np.clip(first_op, 0, graph.n_max - 1)
+
+
+def exact_scores(
+    setup: Setup, platforms, workers: int | None = None, models=None
+) -> tuple[np.ndarray, object]:
     """Exact optimal scores f64[K] and plans (Plan [K, N]) on each platform (host search in
-    `workers` processes; see `hj.exact.optimal_scores`)."""
+    `workers` processes; see `hj.exact.optimal_scores`), of `config.model` or of each
+    platform's model (`models` int32[K], indices into `setup.model_names`)."""
     c = setup.config
-    plans, scores = exact.optimal_scores(setup.graph, platforms, c.batches, c.weights,
-                                         workers=workers)  # fmt: skip
-    return scores, plans
+    if models is None or not setup.mixed:
+        plans, scores = exact.optimal_scores(setup.graph, platforms, c.batches, c.weights,
+                                             workers=workers)  # fmt: skip
+        return scores, plans
+    models = np.asarray(models)
+    k, n = len(models), setup.graph.n_max
+    scores, placement, batch = np.zeros(k), np.zeros((k, n), np.int32), np.zeros(k, np.float32)
+    for g in np.unique(models):  # one search per model, over its platforms
+        rows = np.flatnonzero(models == g)
+        graph = jax.tree.map(lambda x, g=g: x[g], setup.graphs)
+        subset = jax.tree.map(lambda x, rows=rows: x[rows], platforms)
+        plans, s = exact.optimal_scores(graph, subset, c.batches, c.weights, workers=workers)
+        scores[rows], placement[rows], batch[rows] = s, plans.placement, plans.batch
+    return scores, Plan(jnp.asarray(placement), jnp.asarray(batch))
 
 
 def make_teacher(setup: Setup, key, n: int | None = None, kind: str | None = None) -> Teacher:
@@ -47,17 +78,26 @@ def make_teacher(setup: Setup, key, n: int | None = None, kind: str | None = Non
     n = n or c.imitation_platforms
     kind = kind or c.imitation_teacher
     platforms = sample_platforms(setup, key, n)
+    models = sample_models(setup, key, n) if setup.mixed else None
     if kind == "exact":
-        _, plans = exact_scores(setup, platforms)
-    else:
+        _, plans = exact_scores(setup, platforms, models=models)
+    elif models is None:
         strategy = baselines.get(kind)
         plans = jax.jit(
             jax.vmap(lambda p: strategy(key, setup.graph, p, c.batches, weights=c.weights))
         )(platforms)
-    index, placement = plan_to_actions(setup, plans)
+    else:
+        strategy = baselines.get(kind)
+
+        def plan_of(p, m):
+            graph = jax.tree.map(lambda x: x[m], setup.graphs)
+            return strategy(key, graph, p, c.batches, weights=c.weights)
+
+        plans = jax.jit(jax.vmap(plan_of))(platforms, models)
+    index, placement = plan_to_actions(setup, plans, models)
     if c.imitation_ties == "lexmin":
         placement = canonical_ties(setup, platforms, index, placement)
-    return teacher_from_plans(setup, platforms, index, placement)
+    return teacher_from_plans(setup, platforms, index, placement, models)
 
 
 def canonical_ties(setup: Setup, platforms, batch_index, block_placement, *, rtol: float = 1e-6):

@@ -109,9 +109,11 @@ class Trainer:
         path = self.out / "teacher.npz"
         if path.exists():
             z = np.load(path)
-            platforms = ppo.sample_platforms(self.setup, self.keys["teacher"],
-                                             self.config.imitation_platforms)  # fmt: skip
-            return ppo.Teacher(platforms, jnp.asarray(z["actions"]))
+            n = self.config.imitation_platforms
+            platforms = ppo.sample_platforms(self.setup, self.keys["teacher"], n)
+            models = ppo.sample_models(self.setup, self.keys["teacher"], n)
+            return ppo.Teacher(platforms, jnp.asarray(z["actions"]),
+                               models if self.setup.mixed else None)  # fmt: skip
         teacher = teachers.make_teacher(self.setup, self.keys["teacher"])
         import io
 
@@ -121,17 +123,19 @@ class Trainer:
         return teacher
 
     def _validation(self):
+        """Validation platforms, their models (int32[V]; all 0 with one model), exact optima."""
         platforms = ppo.sample_platforms(self.setup, self.keys["validation"], self.n_validation)
+        models = ppo.sample_models(self.setup, self.keys["validation"], self.n_validation)
         path = self.out / "validation.npz"
         if path.exists():
-            return platforms, np.load(path)["optimum"]
-        optimum, _ = teachers.exact_scores(self.setup, platforms)
+            return platforms, models, np.load(path)["optimum"]
+        optimum, _ = teachers.exact_scores(self.setup, platforms, models=models)
         import io
 
         buf = io.BytesIO()
         np.savez(buf, optimum=optimum)
         atomic_write_bytes(path, buf.getvalue())
-        return platforms, optimum
+        return platforms, models, optimum
 
     def run(self, *, resume: bool = False, progress: bool = True, stop_after: int | None = None):
         """Train to the end (or until `stop_after` chunks, to simulate a kill); returns the
@@ -154,11 +158,11 @@ class Trainer:
         else:
             runner, imitation_done = template, False
         with _status(progress, f"exact optima of {self.n_validation} validation platforms"):
-            val_platforms, val_opt = self._validation()
-        greedy = jax.jit(lambda p, k, plats: ppo.greedy_rollout(self.setup, p, k, plats)[0])
+            val_platforms, val_models, val_opt = self._validation()
+        greedy = jax.jit(lambda p, k, plats, ms: ppo.greedy_rollout(self.setup, p, k, plats, ms)[0])
 
         def val_gap(params):
-            s = np.asarray(greedy(params, self.keys["rollout"], val_platforms))
+            s = np.asarray(greedy(params, self.keys["rollout"], val_platforms, val_models))
             return float(np.mean(hj_gap(s, val_opt)))
 
         def checkpoint(runner, gap):  # the best runner first, so a kill never loses it
