@@ -355,3 +355,15 @@ def test_optimal_scores_workers_match_one_process(monkeypatch):
         ex.optimal_scores(g, bad, BATCHES, workers=2)
     with pytest.raises(hj.PlanError, match="workers=0"):
         ex.optimal_scores(g, ps, BATCHES, workers=0)
+
+
+@pytest.mark.parametrize("name", ["edge", "soc", "datacenter"])
+def test_two_device_presets_split_bert_base(name):
+    """The presets are chosen so placement matters: the score optimum is neither all-GPU nor
+    all-NPU on bert-base (issue #2's requirement on every two-device preset)."""
+    g = hj.graphs.transformer("bert-base")
+    p = hj.hardware.preset(name)
+    plan, s = ex.optimal_score(g, p, hj.env.DEFAULT_BATCHES)
+    devices = np.asarray(plan.placement)[np.asarray(g.op_mask)]
+    assert set(devices.tolist()) == {0, 1}, f"{name}: optimum on devices {set(devices.tolist())}"
+    assert s > 0.8  # better than the reference plan too

@@ -131,3 +131,13 @@ def test_pad_and_stack():
     hj.hardware.validate(st)
     back = hj.hardware.unstack(st)[0]
     np.testing.assert_array_equal(back.link_bw, hj.hardware.pad(p, 3).link_bw)
+
+
+@pytest.mark.parametrize("spread", [1.0, hj.hardware.MAX_SPREAD])
+def test_sample_valid_at_the_extreme_spreads(spread):
+    # 1: the preset itself, repeated; MAX_SPREAD: every field 100x up or down, still valid.
+    for name in PRESETS:
+        ps = hj.hardware.sample(jax.random.key(1), n=256, base=name, spread=spread)
+        hj.hardware.validate(ps)
+        for f in ("peak", "mem_bw", "launch", "link_bw", "link_energy"):
+            assert np.isfinite(np.asarray(getattr(ps, f))).all(), (name, f)

@@ -119,6 +119,8 @@ def test_sample_rejects_bad_arguments():
 
     key = jax.random.key(0)
     _raises(hj.PlatformError, lambda: hj.hardware.sample(key, 2, spread=0.5), "spread", "0.5")
+    for bad in (1e30, float("inf"), float("nan")):  # would overflow peaks or underflow energies
+        _raises(hj.PlatformError, lambda b=bad: hj.hardware.sample(key, 2, spread=b), "spread")
     _raises(hj.PlatformError, lambda: hj.hardware.sample(key, 2, links=("wifi",)), "wifi")
 
 

@@ -21,7 +21,7 @@ from hetjax.hardware.presets import (
     PresetSpec,
     preset,
 )
-from hetjax.hardware.sample import SAMPLED_LINKS, sample
+from hetjax.hardware.sample import MAX_SPREAD, SAMPLED_LINKS, sample
 
 __all__ = [
     "Platform",
@@ -30,6 +30,7 @@ __all__ = [
     "LINKS",
     "EFFICIENCY",
     "SAMPLED_LINKS",
+    "MAX_SPREAD",
     "DeviceSpec",
     "LinkSpec",
     "PresetSpec",

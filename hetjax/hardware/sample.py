@@ -9,9 +9,13 @@ from hetjax.errors import PlatformError
 from hetjax.hardware.core import Platform
 from hetjax.hardware.presets import LINKS, preset
 
-__all__ = ["sample", "SAMPLED_LINKS"]
+__all__ = ["sample", "SAMPLED_LINKS", "MAX_SPREAD"]
 
 SAMPLED_LINKS = ("pcie3", "pcie4", "pcie5", "nvlink")
+# Largest perturbation factor: every preset field times or over 100 stays a finite, positive
+# float32 (peaks 1e17 FLOP/s at most, link energies 1e-14 J/byte at least), so a sample is
+# always valid; a wider spread than 100x either way is no longer "around a preset".
+MAX_SPREAD = 100.0
 
 
 def _log_uniform(key, shape, spread):
@@ -28,13 +32,14 @@ def sample(
     """`n` random platforms around `base`, stacked on a leading axis of size n.
 
     Every continuous field of every device is multiplied by an independent log-uniform factor
-    in [1/spread, spread] (zeros stay zero, so unsupported op classes stay unsupported); each
-    directed device pair draws a link type from `links` (bandwidth, latency, energy) and then
-    the same perturbation. p_idle is capped at p_busy. The result is always a valid platform.
+    in [1/spread, spread], 1 <= spread <= MAX_SPREAD (zeros stay zero, so unsupported op
+    classes stay unsupported); each directed device pair draws a link type from `links`
+    (bandwidth, latency, energy) and then the same perturbation. p_idle is capped at p_busy.
+    The result is always a valid platform.
     Pure: jittable with `n`, `spread` and `links` static.
     """
-    if spread < 1.0:
-        raise PlatformError(f"sample: spread = {spread}: must be >= 1 (a factor)")
+    if not 1.0 <= spread <= MAX_SPREAD:  # NaN fails too
+        raise PlatformError(f"sample: spread = {spread}: must be a factor in [1, {MAX_SPREAD:g}]")
     unknown = [name for name in links if name not in LINKS]
     if unknown or not links:
         raise PlatformError(f"sample: unknown link types {unknown}; known: {list(LINKS)}")
