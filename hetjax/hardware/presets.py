@@ -123,7 +123,8 @@ DEVICES: dict[str, DeviceSpec] = {
         "Intel Xeon Platinum 8380 (40 cores)", 6.6 * TERA, 6.6 * TERA, 204.8 * GB, 256 * GiB,
         270.0, 90.0, 2 * US, 1.0,
         source="Intel ark (40 cores, 2.3 GHz base, 3.0 GHz all-core turbo; 2.6 GHz assumed "
-        "under AVX-512; 2x AVX-512 FMA: 40*2.6e9*2*16*2 FP32 FLOP/s ~6.6 TFLOPS; 8 ch DDR4-3200 = 204.8 GB/s; 270 W TDP); 256 GB DRAM and 90 W idle "
+        "under AVX-512; 2x AVX-512 FMA: 40*2.6e9*2*16*2 FP32 FLOP/s ~6.6 TFLOPS; "
+        "8 ch DDR4-3200 = 204.8 GB/s; 270 W TDP); 256 GB DRAM and 90 W idle "
         "are assumptions",
     ),
 }  # fmt: skip
