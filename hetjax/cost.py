@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 from hetjax.errors import PlanError
@@ -33,6 +34,18 @@ DEFAULT_WEIGHTS = (0.6, 0.3, 0.1)  # (alpha, beta, gamma) of the SPEC objective
 DEFAULT_CHUNK = 1024  # plans simulated together: a scan step's working set stays in L1/L2
 
 
+def _checked_batch(batch):
+    """SPEC: b >= 1 samples per batch. Checked on the host for concrete values (a traced batch
+    inside jit / vmap passes through unchecked)."""
+    if isinstance(batch, jax.core.Tracer):
+        return batch
+    b = np.asarray(batch, np.float64)
+    if not (np.isfinite(b) & (b >= 1.0)).all():
+        bad = b[~(np.isfinite(b) & (b >= 1.0))].ravel()[0]
+        raise PlanError(f"Plan.batch = {float(bad)}: must be finite and >= 1 (samples per batch)")
+    return batch
+
+
 @struct.dataclass
 class Plan:
     """A placement of every op and a batch size (samples per batch). Leading axes allowed."""
@@ -47,11 +60,12 @@ class Plan:
         placement = jnp.take_along_axis(
             bp, jnp.broadcast_to(graph.block, bp.shape[:-1] + graph.block.shape[-1:]), axis=-1
         )
-        return cls(placement=placement, batch=jnp.asarray(batch, jnp.float32))
+        return cls(placement=placement, batch=jnp.asarray(_checked_batch(batch), jnp.float32))
 
     @classmethod
     def create(cls, placement, batch) -> Plan:
-        """A plan from array-likes (int32 placement, float32 batch)."""
+        """A plan from array-likes (int32 placement, float32 batch >= 1, checked when concrete)."""
+        batch = _checked_batch(batch)
         return cls(
             placement=jnp.asarray(placement, jnp.int32), batch=jnp.asarray(batch, jnp.float32)
         )

@@ -283,3 +283,18 @@ def test_valid_custom_config_builds():
     g = hj.graphs.transformer(cfg, seq_len=16)
     hj.graphs.validate(g)
     assert hj.graphs.param_count(cfg) > 0
+
+
+# --- plans ---------------------------------------------------------------------------------
+def test_plan_batch_below_one_or_non_finite():
+    import jax
+    import jax.numpy as jnp
+
+    g = hj.graphs.transformer("bert-tiny")
+    zeros = jnp.zeros(g.n_max, jnp.int32)
+    _raises(hj.PlanError, lambda: hj.Plan.create(zeros, 0.5), "Plan.batch", "0.5", ">= 1")
+    _raises(hj.PlanError, lambda: hj.Plan.create(zeros, float("nan")), "Plan.batch", "nan")
+    _raises(hj.PlanError, lambda: hj.Plan.from_blocks(g, zeros[: g.m_max], [2.0, 0.0]), "0.0")
+    # a traced batch is not checked (and not refused) inside jit
+    batch = jax.jit(lambda b: hj.Plan.create(zeros, b).batch)(4.0)
+    assert float(batch) == 4.0
