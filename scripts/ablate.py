@@ -41,6 +41,7 @@ VARIANTS = {
     "greedy-baseline advantage": {"advantage": "greedy_baseline"},
     "attention encoder": {"encoder": "attention"},
     "ppo 100 updates": {"num_updates": 100},
+    "dagger 2 rounds": {"dagger_rounds": 2},
 }
 
 

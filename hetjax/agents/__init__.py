@@ -5,6 +5,7 @@ train = hj.agents.make_train(config, teacher)     # teacher: hj.agents.make_teac
 out = jax.jit(jax.vmap(train))(jax.random.split(key, 4))   # four seeds in one call
 """
 
+from hetjax.agents.dagger import best_completion, expert_labels, label_episodes
 from hetjax.agents.network import ENCODERS, ActorCritic, masked_logits
 from hetjax.agents.ppo import (
     ADVANTAGES,
@@ -15,6 +16,7 @@ from hetjax.agents.ppo import (
     Transition,
     behaviour_log_prob,
     best_of_k_rollout,
+    concat_teachers,
     demo_pairs,
     greedy_rollout,
     init_runner,
@@ -52,6 +54,10 @@ __all__ = [
     "exact_scores",
     "plan_to_actions",
     "canonical_ties",
+    "concat_teachers",
+    "expert_labels",
+    "label_episodes",
+    "best_completion",
     "TIES",
     "Trainer",
     "save_checkpoint",

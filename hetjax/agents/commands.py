@@ -92,6 +92,10 @@ def register(app) -> None:
         bc_coef: Annotated[
             float | None, typer.Option(help="teacher cross-entropy in PPO's loss (0 = off)")
         ] = None,
+        dagger_rounds: Annotated[
+            int | None,
+            typer.Option(help="DAgger rounds after cloning: exact labels of the policy's states"),
+        ] = None,
         advantage: Annotated[str | None, typer.Option(help="gae | greedy_baseline")] = None,
         encoder: Annotated[str | None, typer.Option(help="deepsets | attention")] = None,
         held_out: Annotated[int, typer.Option(help="held-out platforms")] = 256,
@@ -110,7 +114,7 @@ def register(app) -> None:
 
         given = dict(num_envs=num_envs, num_updates=num_updates, imitation_steps=imitation_steps,
                      imitation_platforms=imitation_platforms, imitation_ties=imitation_ties,
-                     epsilon=epsilon, bc_coef=bc_coef,
+                     epsilon=epsilon, bc_coef=bc_coef, dagger_rounds=dagger_rounds,
                      advantage=advantage, encoder=encoder)  # fmt: skip
         extra = tuple(m.strip() for m in models.split(",") if m.strip()) if models else ()
         config = PPOConfig(model=model, models=extra, platform=platform, seed=seed,

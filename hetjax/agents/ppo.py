@@ -39,6 +39,7 @@ __all__ = [
     "behaviour_log_prob",
     "sample_platforms",
     "sample_models",
+    "concat_teachers",
     "greedy_rollout",
     "best_of_k_rollout",
     "demo_pairs",
@@ -85,6 +86,12 @@ class PPOConfig:
     imitation_lr: float = 1e-3
     imitation_vf_coef: float = 0.5  # value head fitted to the teacher's returns; 0 = off
     bc_coef: float = 1.0  # teacher cross-entropy added to every PPO minibatch loss; 0 = off
+    # DAgger after cloning (agents.dagger): each round rolls the greedy policy out on
+    # `dagger_platforms` new platforms, labels every state it visits with the exact expert's
+    # action, and clones `dagger_steps` more steps on the teacher plus all labelled episodes
+    dagger_rounds: int = 0
+    dagger_platforms: int = 1024
+    dagger_steps: int = 2000
     encoder: str = "deepsets"  # block summary: "deepsets" (pooled MLP) or "attention"
     width: int = 128
     heads: int = 4  # attention encoder only
@@ -111,7 +118,7 @@ class PPOConfig:
 
 
 # Fields added to PPOConfig after runs were saved without them, and the value those runs used.
-LEGACY_DEFAULTS = {"bc_coef": 0.0, "imitation_ties": "as_solved", "models": ()}
+LEGACY_DEFAULTS = {"bc_coef": 0.0, "imitation_ties": "as_solved", "models": (), "dagger_rounds": 0}
 
 
 class Transition(NamedTuple):
@@ -133,11 +140,37 @@ class RunnerState(NamedTuple):
 
 
 class Teacher(NamedTuple):
-    """Expert episodes for behaviour cloning: platforms and the action at every step."""
+    """Expert episodes for behaviour cloning: platforms and the action at every step.
+
+    The episodes are replayed with `actions`; the cloning targets are `labels` (default: the
+    actions themselves). DAgger episodes (`agents.dagger`) replay the policy's own actions and
+    label each step with the expert's choice in that state.
+    """
 
     platforms: object  # Platform with leading [K]
     actions: jax.Array  # int32[K, T] batch index, then the device of each block
     models: jax.Array | None = None  # int32[K] index into Setup.model_names; None: all model 0
+    labels: jax.Array | None = None  # int32[K, T] target actions; None: `actions`
+    values: jax.Array | None = None  # f32[K, T] value targets; NaN/None: replayed return to go
+    weight: jax.Array | None = None  # bool[K, T] steps that count in the loss; None: all
+
+
+def concat_teachers(a: Teacher, b: Teacher) -> Teacher:
+    """Both teachers' episodes in one (missing labels, values and weights filled in)."""
+
+    def full(t: Teacher):
+        k, n = t.actions.shape
+        return Teacher(
+            t.platforms, t.actions,
+            jnp.zeros((k,), jnp.int32) if t.models is None else t.models,
+            t.actions if t.labels is None else t.labels,
+            jnp.full((k, n), jnp.nan, jnp.float32) if t.values is None else t.values,
+            jnp.ones((k, n), bool) if t.weight is None else t.weight,
+        )  # fmt: skip
+
+    fa, fb = full(a), full(b)
+    cat = jax.tree.map(lambda x, y: jnp.concatenate([jnp.asarray(x), jnp.asarray(y)]), fa, fb)
+    return cat._replace(models=None if a.models is None and b.models is None else cat.models)
 
 
 @dataclass(frozen=True)
@@ -177,6 +210,14 @@ def make_setup(config: PPOConfig) -> Setup:
     if config.models and config.imitation_ties != "as_solved":
         raise hj.PlanError(f"imitation_ties={config.imitation_ties!r} takes one model; "
                            f"models={config.models!r} trains on several")  # fmt: skip
+    if config.dagger_rounds < 0 or config.dagger_platforms < 1 or config.dagger_steps < 1:
+        raise hj.PlanError(f"dagger_rounds={config.dagger_rounds} (>= 0), dagger_platforms="
+                           f"{config.dagger_platforms} (>= 1), dagger_steps="
+                           f"{config.dagger_steps} (>= 1)")  # fmt: skip
+    if config.dagger_rounds and (config.imitation_teacher != "exact" or not config.imitation_steps):
+        raise hj.PlanError(f"dagger_rounds={config.dagger_rounds} follows cloning of the exact "
+                           f"teacher: needs imitation_teacher='exact' (got "
+                           f"{config.imitation_teacher!r}) and imitation_steps > 0")  # fmt: skip
     if not 0.0 <= config.epsilon < 1.0:
         raise hj.PlanError(f"epsilon={config.epsilon}: must be in [0, 1)")
     names = (config.model,) + tuple(config.models)
@@ -351,7 +392,7 @@ def _ppo_loss(setup: Setup, net_params, batch, adv, target):
     return loss, dict(policy_loss=pg, value_loss=vf, entropy=entropy, approx_kl=kl)
 
 
-def make_update(setup: Setup, demos=None):
+def make_update(setup: Setup, demos=None, demo_weighted: bool = False):
     """update(runner) -> (runner, metrics): sample platforms, roll out, PPO epochs.
 
     `demos` (observations with a leading axis, actions int32[S], valid bool[S]: the teacher's
@@ -388,7 +429,7 @@ def make_update(setup: Setup, demos=None):
                         p, jax.tree.map(lambda x: x[pick], obs)
                     )
                     bc = optax.softmax_cross_entropy_with_integer_labels(logits, actions[pick])
-                    if setup.mixed:  # padding steps of shorter models weigh 0
+                    if setup.mixed or demo_weighted:  # padding / unlabelled steps weigh 0
                         w = valid[pick].astype(bc.dtype)
                         bc = jnp.sum(w * bc) / jnp.maximum(jnp.sum(w), 1.0)
                     else:
@@ -434,8 +475,10 @@ def teacher_from_plans(setup: Setup, platforms, batch_index, block_placement,
     return Teacher(platforms, actions, None if models is None else jnp.asarray(models, jnp.int32))
 
 
-def make_imitation(setup: Setup, teacher: Teacher):
-    """clone(runner) -> (runner, losses f32[S]): cross-entropy on the teacher's actions, plus
+def make_imitation(setup: Setup, teacher: Teacher, steps: int | None = None,
+                   anneal: bool = False):  # fmt: skip
+    """clone(runner) -> (runner, losses f32[S]): `steps` (default `imitation_steps`) steps of
+    cross-entropy on the teacher's labels (its actions unless it carries labels), plus
     (`imitation_vf_coef` > 0) a squared error pulling the value head to the teacher's return
     to go, so PPO's first advantages come from a fitted critic rather than a random one.
 
@@ -466,7 +509,9 @@ def make_imitation(setup: Setup, teacher: Teacher):
         flat = lambda x: x.reshape((-1,) + x.shape[2:])  # noqa: E731
         return jax.tree.map(flat, seen), flat(to_go), flat(alive)
 
-    tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(c.imitation_lr))
+    n_steps = c.imitation_steps if steps is None else steps
+    lr = optax.linear_schedule(c.imitation_lr, 0.0, n_steps) if anneal else c.imitation_lr
+    tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(lr))
 
     def loss_fn(p, obs, action, target=None, weight=None):
         logits, value = jax.vmap(net.apply, in_axes=(None, 0))(p, obs)
@@ -484,13 +529,14 @@ def make_imitation(setup: Setup, teacher: Teacher):
     def clone(runner: RunnerState):
         key, k_obs, k_steps = jax.random.split(runner.key, 3)
         obs, to_go, valid = observe(k_obs)
-        actions = teacher.actions.T.reshape(-1)
+        actions, to_go, valid = _targets(teacher, to_go, valid)
         size = actions.shape[0]
+        weighted = setup.mixed or teacher.weight is not None
 
         def step(carry, kk):
             p, s = carry
             idx = jax.random.randint(kk, (min(c.imitation_batch, size),), 0, size)
-            weight = valid[idx] if setup.mixed else None
+            weight = valid[idx] if weighted else None
             loss, g = jax.value_and_grad(loss_fn)(p, jax.tree.map(lambda x: x[idx], obs),
                                                   actions[idx], to_go[idx], weight)  # fmt: skip
             u, s = tx.update(g, s, p)
@@ -498,7 +544,7 @@ def make_imitation(setup: Setup, teacher: Teacher):
 
         (p, _), losses = jax.lax.scan(
             step, (runner.params, tx.init(runner.params)),
-            jax.random.split(k_steps, c.imitation_steps),
+            jax.random.split(k_steps, n_steps),
         )  # fmt: skip
         return RunnerState(p, runner.opt_state, key, runner.update), losses
 
@@ -532,7 +578,7 @@ def make_train(config: PPOConfig, teacher: Teacher | None = None):
         clone, _, observe = make_imitation(setup, teacher)
         if config.bc_coef > 0:
             demos = demo_pairs(observe, teacher)
-    update = make_update(setup, demos)
+    update = make_update(setup, demos, teacher is not None and teacher.weight is not None)
     clone = clone if config.imitation_steps > 0 else None
 
     def train(key):
@@ -547,9 +593,22 @@ def make_train(config: PPOConfig, teacher: Teacher | None = None):
     return train
 
 
+def _targets(teacher: Teacher, to_go, valid):
+    """Flat [S] cloning targets in replay order (step-major): actions, value targets, weights."""
+    flat = lambda x: jnp.asarray(x).T.reshape(-1)  # noqa: E731
+    labels = flat(teacher.actions if teacher.labels is None else teacher.labels)
+    if teacher.values is not None:
+        v = flat(teacher.values)
+        to_go = jnp.where(jnp.isnan(v), to_go, v)
+    if teacher.weight is not None:
+        valid = valid & flat(teacher.weight)
+    return labels, to_go, valid
+
+
 def demo_pairs(observe, teacher: Teacher):
     """(observations [S], actions int32[S], valid bool[S]) of every step of the teacher's
     episodes, for the behaviour-cloning term of PPO (`observe` from `make_imitation`; the
     replay is deterministic, its key only feeds the environment's unused step keys)."""
-    obs, _, valid = observe(jax.random.key(0))
-    return obs, teacher.actions.T.reshape(-1), valid
+    obs, to_go, valid = observe(jax.random.key(0))
+    labels, _, valid = _targets(teacher, to_go, valid)
+    return obs, labels, valid

@@ -135,11 +135,18 @@ def plot_learning_curve(rows, path):
     a1.plot(x, [r["score"] for r in ppo_rows], marker="o")
     a1.set_xlabel("PPO update")
     a1.set_ylabel("mean training score (sampled platforms)")
-    val = [(r["update"], r["val_gap_pct"]) for r in rows if "val_gap_pct" in r]
-    a2.plot([u for u, _ in val], [v for _, v in val], marker="o", color="C1")
-    a2.set_xlabel("PPO update (0 = after imitation)")
+    # one point per stage: after cloning, after each DAgger round, after each PPO chunk
+    val = [r for r in rows if "val_gap_pct" in r]
+    names = [str(r["update"]) if r.get("phase") == "ppo" else
+             "clone" if r.get("phase") == "imitation" else str(r.get("phase"))
+             for r in val]  # fmt: skip
+    gaps = [r["val_gap_pct"] for r in val]
+    a2.plot(range(len(val)), gaps, marker="o", color="C1")
+    a2.set_xticks(range(len(val)), names, rotation=30 if len(val) > 8 else 0)
+    a2.set_xlabel("stage (numbers: PPO updates)")
     a2.set_ylabel("validation gap to optimum (%)")
-    a2.set_yscale("symlog", linthresh=1.0)
+    if gaps and max(gaps) > 10 * max(min(gaps), 0.1):  # a wide range (e.g. from scratch)
+        a2.set_yscale("symlog", linthresh=1.0)
     fig.suptitle("learning curve")
     save_figure(fig, path)
     plt.close(fig)

@@ -22,14 +22,14 @@ import jax.numpy as jnp
 import numpy as np
 from flax import serialization
 
-from hetjax.agents import ppo, teachers
+from hetjax.agents import dagger, ppo, teachers
 from hetjax.errors import CheckpointError
 from hetjax.io import atomic_write_bytes, write_csv, write_json
 
 __all__ = ["Trainer", "key_streams", "save_checkpoint", "load_checkpoint"]
 
 # Independent PRNG streams, so training never sees a validation or held-out platform.
-_STREAMS = {"train": 0, "teacher": 1, "validation": 2, "held_out": 3, "rollout": 4}
+_STREAMS = {"train": 0, "teacher": 1, "validation": 2, "held_out": 3, "rollout": 4, "dagger": 5}
 
 
 def key_streams(seed: int) -> dict[str, jax.Array]:
@@ -122,6 +122,31 @@ class Trainer:
         atomic_write_bytes(path, buf.getvalue())
         return teacher
 
+    def _dagger(self, r: int, params) -> ppo.Teacher:
+        """DAgger round r's episodes: the greedy policy (`params`) on new platforms, every step
+        labelled by the exact expert (`agents.dagger`); solved once, then read from
+        dagger{r}.npz (a resumed run needs no params for rounds already labelled)."""
+        c = self.config
+        key = jax.random.fold_in(self.keys["dagger"], r)
+        platforms = ppo.sample_platforms(self.setup, key, c.dagger_platforms)
+        models = ppo.sample_models(self.setup, key, c.dagger_platforms)
+        path = self.out / f"dagger{r}.npz"
+        if not path.exists():
+            roll = jax.jit(lambda p, k, pl, ms: ppo.greedy_rollout(self.setup, p, k, pl, ms)[1])
+            actions = np.asarray(roll(params, self.keys["rollout"], platforms, models))
+            labels, values, valid = dagger.label_episodes(
+                self.setup.graphs, platforms, np.asarray(models), actions, c.batches, c.weights
+            )
+            import io
+
+            buf = io.BytesIO()
+            np.savez(buf, actions=actions.T, labels=labels, values=values, valid=valid)
+            atomic_write_bytes(path, buf.getvalue())
+        z = np.load(path)
+        return ppo.Teacher(platforms, jnp.asarray(z["actions"]),
+                           models if self.setup.mixed else None, jnp.asarray(z["labels"]),
+                           jnp.asarray(z["values"]), jnp.asarray(z["valid"]))  # fmt: skip
+
     def _validation(self):
         """Validation platforms, their models (int32[V]; all 0 with one model), exact optima."""
         platforms = ppo.sample_platforms(self.setup, self.keys["validation"], self.n_validation)
@@ -191,12 +216,32 @@ class Trainer:
                          float(losses[0]), "imitation_loss": float(losses[-1]),
                          "val_gap_pct": val_gap(runner.params),
                          "wall_s": time.perf_counter() - t_start})  # fmt: skip
+            for r in range(c.dagger_rounds):
+                with _status(progress, f"DAgger round {r + 1}: exact labels of "
+                             f"{c.dagger_platforms} greedy episodes"):  # fmt: skip
+                    teacher = ppo.concat_teachers(teacher, self._dagger(r, runner.params))
+                with _status(progress, f"DAgger round {r + 1}: {c.dagger_steps} cloning steps"):
+                    clone, _, observe = ppo.make_imitation(
+                        self.setup, teacher, c.dagger_steps, anneal=True
+                    )
+                    runner, losses = jax.jit(clone)(runner)
+                    losses = np.asarray(losses)
+                rows.append({"update": 0, "phase": f"dagger {r + 1}", "imitation_loss_first":
+                             float(losses[0]), "imitation_loss": float(losses[-1]),
+                             "val_gap_pct": val_gap(runner.params),
+                             "wall_s": time.perf_counter() - t_start})  # fmt: skip
             imitation_done = True
             checkpoint(runner, rows[-1]["val_gap_pct"])
             # the clone alone, so variants that change only PPO settings can start from it
             shutil.copyfile(ckpt, self.out / "imitation.msgpack")
+        if teacher is not None and c.dagger_rounds and teacher.labels is None:  # resumed
+            for r in range(c.dagger_rounds):
+                teacher = ppo.concat_teachers(teacher, self._dagger(r, None))
+            _, _, observe = ppo.make_imitation(self.setup, teacher)
         demos = jax.jit(lambda: ppo.demo_pairs(observe, teacher))() if c.bc_coef > 0 else None
-        update = ppo.make_update(self.setup, demos)
+        update = ppo.make_update(
+            self.setup, demos, teacher is not None and teacher.weight is not None
+        )
         chunk_fns = {}  # length -> jitted scan of that many updates (the last may be shorter)
 
         def chunk_fn(r, length):
