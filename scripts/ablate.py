@@ -147,7 +147,7 @@ def _start_from_default_clone(out: Path, run_dir: Path, config: PPOConfig) -> No
     setup = ppo.make_setup(config)
     template = jax.jit(lambda k: ppo.init_runner(setup, k))(jax.random.key(0))
     runner, extra = load_checkpoint(clone, template)
-    imitation = extra["rows"][0]
+    imitation = extra["rows"][-1]  # the clone as saved (after any DAgger rounds)
     save_checkpoint(run_dir / "best.msgpack", runner,
                     {"val_gap_pct": imitation["val_gap_pct"], "update": 0})  # fmt: skip
     shutil.copyfile(clone, run_dir / "checkpoint.msgpack")

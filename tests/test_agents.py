@@ -402,3 +402,29 @@ def test_train_job_on_mixed_models_reports_each(tmp_path):
     )
     assert all(s["mean_gap_pct"] >= -1e-6 for s in by_model.values())
     assert json.loads((tmp_path / "config.json").read_text())["ppo"]["models"] == ["bert-mini"]
+
+
+def test_place_on_a_mixed_model_run_keeps_the_training_padding(tmp_path, monkeypatch, capsys):
+    """`hetjax place` must give the policy the observation it was trained on: the block count
+    over the padding of all trained models (bert-mini's 10 blocks, not bert-tiny's 4)."""
+    import sys
+
+    from hetjax import cli
+    from hetjax.agents import report
+    from hetjax.agents.commands import load_policy, train_job
+
+    cfg = dataclasses.replace(MIXED, num_updates=0, imitation_steps=2)
+    train_job(cfg, tmp_path, held_out=2, chunk=1, progress=False, best_of=0)
+    config, params = load_policy(tmp_path)
+    setup = ppo.make_setup(config)  # as trained: padded for bert-tiny and bert-mini
+    plan = report.policy_plan(setup, params, setup.base)
+    g = setup.graph
+    block, real = np.asarray(g.block), np.asarray(g.op_mask)
+    first = [np.flatnonzero(real & (block == j))[0] for j in range(int(g.block_mask.sum()))]
+    want = "".join(map(str, np.asarray(plan.placement)[first]))
+    monkeypatch.setattr(sys, "argv", ["hetjax", "place", "--checkpoint", str(tmp_path)])
+    with pytest.raises(SystemExit) as exc:
+        cli.main()
+    assert exc.value.code in (0, None)
+    out = capsys.readouterr().out
+    assert f"block devices: {want}" in out and f"batch {float(plan.batch):g};" in out

@@ -166,18 +166,24 @@ def register(app) -> None:
         import numpy as np
 
         import hetjax as hj
-        from hetjax.agents import ppo, report
+        from hetjax.agents import ppo, report, teachers
         from hetjax.cli import metrics_rows
 
         config, params = load_policy(checkpoint)
-        config = dataclasses.replace(config, model=model or config.model, models=(),
+        # Keep the padding the policy was trained with (its observation holds the block count
+        # over the padded size): the other trained models stay in the setup, only for padding.
+        pick = model or config.model
+        trained = (config.model,) + tuple(config.models)
+        config = dataclasses.replace(config, model=pick,
+                                     models=tuple(n for n in trained if n != pick),
                                      platform=platform or config.platform)  # fmt: skip
         setup = ppo.make_setup(config)
         plan = report.policy_plan(setup, params, setup.base)
         g, p = setup.graph, setup.base
         m = hj.evaluate(g, p, plan)
         ref = hj.evaluate(g, p, hj.reference_plan(g))
-        first = np.searchsorted(np.asarray(g.block), np.arange(int(np.asarray(g.block_mask).sum())))
+        n_blocks = int(np.asarray(g.block_mask).sum())
+        first = teachers._first_ops(setup, 0)[:n_blocks]  # padding ops (block 0) left out
         blocks = np.asarray(plan.placement)[first]
         console.print(f"batch {float(plan.batch):g}; block devices: {''.join(map(str, blocks))}")
         t = Table(title=f"policy plan: {config.model} on {config.platform}")

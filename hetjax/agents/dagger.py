@@ -28,7 +28,7 @@ from hetjax.exact._chain import ChainProblem, Tables
 from hetjax.exact._search import Incumbent, bounds, chain_eval, improve, label_search, root_bound
 from hetjax.exact._solvers import _seeds
 
-__all__ = ["best_completion", "expert_labels", "label_episodes"]
+__all__ = ["best_completion", "expert_labels", "label_episodes", "TIE_RTOL"]
 
 TIE_RTOL = 1e-6  # relative score difference under which two plans count as tied
 
@@ -106,7 +106,8 @@ def expert_labels(graph, platform, actions, batches, weights, *, rtol: float = T
             best[k] = best_completion(problem, tab_at(k), [])
     k_best = max(best, key=lambda k: best[k][1])
     labels[0] = k_pol if _tied(best[k_pol][1], best[k_best][1], rtol) else k_best
-    values[0], valid[0] = best[k_best][1], True
+    values[0] = best[k_best][1]
+    valid[0] = np.isfinite(values[0])  # no feasible plan at any batch: nothing to label
     bp, s = best[k_pol]
     tab = tab_at(k_pol)
     for j in range(problem.n_blocks):

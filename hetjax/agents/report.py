@@ -104,7 +104,10 @@ def held_out_report(setup: ppo.Setup, params, key, n: int, best_of: int = 0) -> 
         out["by_model"] = {}
         for m, name in enumerate(setup.model_names):
             models = jnp.full((n,), m, jnp.int32)
-            opt_m, _ = teachers.exact_scores(setup, platforms, models=models)
+            if m == 0:  # config.model: solved above
+                opt_m = optimum
+            else:
+                opt_m, _ = teachers.exact_scores(setup, platforms, models=models)
             s = np.asarray(greedy(params, jax.random.fold_in(key, 1), platforms, models))
             out["by_model"][name] = _summary(gap_pct(s, opt_m))
     g = setup.graph

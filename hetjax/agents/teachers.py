@@ -35,7 +35,8 @@ def plan_to_actions(setup: Setup, plans, models=None):
 
 
 def _first_ops(setup: Setup, model: int) -> np.ndarray:
-    """int[M]: the first op of each block of model `model` (0 for padding blocks)."""
+    """int[M]: the first op of each block of model `model` (padding blocks: clipped to the last
+    op; their actions are padding)."""
     graph = jax.tree.map(lambda x: x[model], setup.graphs)
     first_op = np.asarray(
         jax.ops.segment_min(jnp.arange(graph.n_max), graph.block, num_segments=graph.m_max)

@@ -80,6 +80,10 @@ class Trainer:
         self.setup = ppo.make_setup(config)
         self.keys = key_streams(config.seed)
         self.n_validation = validation
+        # (scores f32[E], actions int32[T, E]) of the greedy policy; one compiled rollout
+        self._greedy = jax.jit(
+            lambda p, k, plats, ms: ppo.greedy_rollout(self.setup, p, k, plats, ms)
+        )
 
     # -- files ---------------------------------------------------------------------------------
 
@@ -131,9 +135,13 @@ class Trainer:
         platforms = ppo.sample_platforms(self.setup, key, c.dagger_platforms)
         models = ppo.sample_models(self.setup, key, c.dagger_platforms)
         path = self.out / f"dagger{r}.npz"
+        if not path.exists() and params is None:
+            raise CheckpointError(
+                f"{path}: missing; the run's DAgger round {r + 1} cannot be relabelled after "
+                "its cloning finished (start a new run)"
+            )
         if not path.exists():
-            roll = jax.jit(lambda p, k, pl, ms: ppo.greedy_rollout(self.setup, p, k, pl, ms)[1])
-            actions = np.asarray(roll(params, self.keys["rollout"], platforms, models))
+            actions = np.asarray(self._greedy(params, self.keys["rollout"], platforms, models)[1])
             labels, values, valid = dagger.label_episodes(
                 self.setup.graphs, platforms, np.asarray(models), actions, c.batches, c.weights
             )
@@ -184,18 +192,20 @@ class Trainer:
             runner, imitation_done = template, False
         with _status(progress, f"exact optima of {self.n_validation} validation platforms"):
             val_platforms, val_models, val_opt = self._validation()
-        greedy = jax.jit(lambda p, k, plats, ms: ppo.greedy_rollout(self.setup, p, k, plats, ms)[0])
 
         def val_gap(params):
-            s = np.asarray(greedy(params, self.keys["rollout"], val_platforms, val_models))
+            s = np.asarray(self._greedy(params, self.keys["rollout"], val_platforms, val_models)[0])
             return float(np.mean(hj_gap(s, val_opt)))
 
-        def checkpoint(runner, gap):  # the best runner first, so a kill never loses it
+        def keep_if_best(runner, gap):  # model selection over every stage
             nonlocal best_gap
             if gap < best_gap or not best_path.exists():
                 best_gap = min(gap, best_gap)
                 save_checkpoint(best_path, runner, {"val_gap_pct": gap,
                                                     "update": int(runner.update)})  # fmt: skip
+
+        def checkpoint(runner, gap):  # the best runner first, so a kill never loses it
+            keep_if_best(runner, gap)
             save_checkpoint(ckpt, runner, {"rows": rows, "imitation_done": imitation_done,
                                            "best_val_gap_pct": best_gap})  # fmt: skip
             write_csv(self.out / "metrics.csv", _uniform(rows))
@@ -217,6 +227,7 @@ class Trainer:
                          "val_gap_pct": val_gap(runner.params),
                          "wall_s": time.perf_counter() - t_start})  # fmt: skip
             for r in range(c.dagger_rounds):
+                keep_if_best(runner, rows[-1]["val_gap_pct"])  # the clone / previous round
                 with _status(progress, f"DAgger round {r + 1}: exact labels of "
                              f"{c.dagger_platforms} greedy episodes"):  # fmt: skip
                     teacher = ppo.concat_teachers(teacher, self._dagger(r, runner.params))
