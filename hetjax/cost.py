@@ -40,8 +40,9 @@ def _checked_batch(batch):
     if isinstance(batch, jax.core.Tracer):
         return batch
     b = np.asarray(batch, np.float64)
-    if not (np.isfinite(b) & (b >= 1.0)).all():
-        bad = b[~(np.isfinite(b) & (b >= 1.0))].ravel()[0]
+    ok = np.isfinite(b) & (b >= 1.0)
+    if not ok.all():
+        bad = b[~ok].ravel()[0]
         raise PlanError(f"Plan.batch = {float(bad)}: must be finite and >= 1 (samples per batch)")
     return batch
 

@@ -25,8 +25,8 @@ import jax
 import numpy as np
 
 from hetjax.exact._chain import ChainProblem, Tables
-from hetjax.exact._search import Incumbent, bounds, chain_eval, improve, label_search, root_bound
-from hetjax.exact._solvers import _seeds
+from hetjax.exact._search import Incumbent, bounds, root_bound
+from hetjax.exact._solvers import search_score, seed_incumbent
 
 __all__ = ["best_completion", "expert_labels", "label_episodes", "TIE_RTOL"]
 
@@ -54,17 +54,8 @@ def best_completion(problem: ChainProblem, tab: Tables, prefix) -> tuple[np.ndar
     that start with `prefix` int[j]: (placement int[M] or None if none is feasible, score)."""
     t = _fixed(tab, np.asarray(prefix, np.int64))
     inc = Incumbent()
-    seeds = _seeds(problem, t)
-    lat, bott, e, ok = chain_eval(t, seeds)
-    if ok.any():
-        s = np.where(ok, problem.score_of(t.batch, lat, bott, e), -np.inf)
-        bp, s_best = improve(problem, t, seeds[int(np.argmax(s))])
-        inc.offer(s_best, bp, t.batch)
-    res = label_search(problem, t, "score", incumbent=inc)
-    if res.t.size:
-        s = problem.score_of(t.batch, res.t, res.bottleneck, res.e)
-        i = int(np.argmax(s))
-        inc.offer(s[i], res.placements([i])[0], t.batch)
+    seed_incumbent(problem, t, inc)
+    search_score(problem, t, inc)
     return inc.bp, inc.score
 
 
@@ -121,8 +112,7 @@ def expert_labels(graph, platform, actions, batches, weights, *, rtol: float = T
         if a < 0:  # not a real device: the environment masks it; label the expert's choice
             labels[1 + j] = problem.devices[int(bp[j])]
             break
-        prefix = np.concatenate([actions[1 : 1 + j], [actions[1 + j]]])
-        prefix = np.array([local[int(d)] for d in prefix], np.int64)
+        prefix = [local[int(d)] for d in actions[1 : 2 + j]]  # blocks 0..j as the policy put them
         bp2, s2 = best_completion(problem, tab, prefix)
         tied = bp2 is not None and _tied(s2, s, rtol)
         labels[1 + j] = problem.devices[a if tied else int(bp[j])]

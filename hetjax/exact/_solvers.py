@@ -21,6 +21,7 @@ from hetjax.exact._chain import (
 )
 from hetjax.exact._search import (
     Incumbent,
+    SearchResult,
     bounds,
     chain_eval,
     energy_dp,
@@ -41,6 +42,26 @@ def _seeds(problem: ChainProblem, tab: Tables) -> np.ndarray:
     rows = [latency_dp(tab)[0], energy_dp(tab)[0]]
     rows += [np.full(m, dev) for dev in range(d)]
     return np.stack(rows)
+
+
+def seed_incumbent(problem: ChainProblem, tab: Tables, inc: Incumbent) -> None:
+    """Offer `inc` the best heuristic plan at `tab.batch`: the best seed, improved by local
+    search (a good incumbent makes the exact search prune more)."""
+    seeds = _seeds(problem, tab)
+    t, bott, e, ok = chain_eval(tab, seeds)
+    s = np.where(ok, problem.score_of(tab.batch, t, bott, e), -np.inf)
+    bp, s_best = improve(problem, tab, seeds[int(np.argmax(s))])
+    inc.offer(s_best, bp, tab.batch)
+
+
+def search_score(problem: ChainProblem, tab: Tables, inc: Incumbent) -> SearchResult:
+    """The exact score search at `tab.batch` against `inc`; offers `inc` its best plan."""
+    res = label_search(problem, tab, "score", incumbent=inc)
+    if res.t.size:
+        s = problem.score_of(tab.batch, res.t, res.bottleneck, res.e)
+        i = int(np.argmax(s))
+        inc.offer(s[i], res.placements([i])[0], tab.batch)
+    return res
 
 
 def _plan(problem: ChainProblem, bp_local, batch: float) -> Plan:
@@ -102,11 +123,7 @@ def optimal_score(
     tabs = [problem.tables(b) for b in dict.fromkeys(batches)]
     inc = Incumbent()
     for tab in tabs:
-        seeds = _seeds(problem, tab)
-        t, bott, e, ok = chain_eval(tab, seeds)
-        s = np.where(ok, problem.score_of(tab.batch, t, bott, e), -np.inf)
-        bp, s_best = improve(problem, tab, seeds[int(np.argmax(s))])
-        inc.offer(s_best, bp, tab.batch)
+        seed_incumbent(problem, tab, inc)
     seed_score = inc.score
     t_seed = time.perf_counter() - t0
     roots = [root_bound(problem, tab, bounds(tab)) for tab in tabs]
@@ -117,11 +134,7 @@ def optimal_score(
         if roots[k] < inc.score:
             per_batch[tab.batch] = {"skipped": True, "root_bound": roots[k]}
             continue
-        res = label_search(problem, tab, "score", incumbent=inc)
-        if res.t.size:
-            s = problem.score_of(tab.batch, res.t, res.bottleneck, res.e)
-            i = int(np.argmax(s))
-            inc.offer(s[i], res.placements([i])[0], tab.batch)
+        res = search_score(problem, tab, inc)
         per_batch[tab.batch] = {
             "skipped": False,
             "root_bound": roots[k],
