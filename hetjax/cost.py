@@ -17,7 +17,7 @@ import numpy as np
 from flax import struct
 
 from hetjax.errors import PlanError
-from hetjax.graphs.core import LayerGraph
+from hetjax.graphs.core import EMBED, LayerGraph
 from hetjax.hardware.core import Platform
 
 __all__ = [
@@ -104,18 +104,25 @@ def _device_terms(graph: LayerGraph, platform: Platform, placement, batch):
         dev = jnp.where((placement == d) & platform.device_mask[d], d, dev)
     classes = jnp.arange(platform.peak.shape[-1])[:, None, None]
     peak_of_op = _select(graph.op_class == classes, platform.peak.T[:, :, None])  # [D, N]
-    peak, b_half, mem_bw, launch = (jnp.zeros(placement.shape, platform.peak.dtype),) * 4
+    peak, b_half, mem_bw, launch, weight_bw = (jnp.zeros(placement.shape, platform.peak.dtype),) * 5
     for d in range(d_max):
         on = dev == d
         peak = jnp.where(on, peak_of_op[d][:, None], peak)
         b_half = jnp.where(on, platform.b_half[d], b_half)
         mem_bw = jnp.where(on, platform.mem_bw[d], mem_bw)
         launch = jnp.where(on, platform.launch[d], launch)
+        weight_bw = jnp.where(on, platform.weight_bw[d], weight_bw)
     unplaceable = real & ((dev != placement) | (peak <= 0))
     safe_peak = jnp.where(peak > 0, peak, 1.0)
     t_comp = jnp.where(unplaceable, 0.0, graph.flops[:, None] * (batch + b_half) / safe_peak)
-    t_mem = (graph.param_bytes[:, None] + batch * graph.act_bytes[:, None]) / mem_bw
-    dur = jnp.where(real, launch + jnp.maximum(t_comp, t_mem), 0.0)
+    # Weight streaming (cost model 1.1): on a device with weight_bw > 0 the weights of every
+    # non-EMBED op stream in addition to its compute; otherwise (and always in v1) they are part
+    # of the memory term. The where()s leave version 1's arithmetic bit for bit unchanged.
+    stream = (weight_bw > 0) & (graph.op_class[:, None] != EMBED)
+    params = graph.param_bytes[:, None]
+    t_mem = (jnp.where(stream, 0.0, params) + batch * graph.act_bytes[:, None]) / mem_bw
+    t_weights = jnp.where(stream, params / jnp.where(stream, weight_bw, 1.0), 0.0)
+    dur = jnp.where(real, launch + jnp.maximum(t_comp, t_mem) + t_weights, 0.0)
     return dev, dur, unplaceable
 
 

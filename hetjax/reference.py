@@ -77,6 +77,7 @@ def evaluate_reference(graph: LayerGraph, platform: Platform, placement, batch) 
     p_busy = _f64(platform.p_busy)
     p_idle = _f64(platform.p_idle)
     b_half = _f64(platform.b_half)
+    weight_bw = _f64(platform.weight_bw)
     link_bw = _f64(platform.link_bw)
     link_lat = _f64(platform.link_latency)
     link_en = _f64(platform.link_energy)
@@ -102,8 +103,12 @@ def evaluate_reference(graph: LayerGraph, platform: Platform, placement, batch) 
             unplaceable[i] = True
         run_dev[i] = d
         t_comp = 0.0 if unplaceable[i] else flops[i] * (b + b_half[d]) / peak[d, c]
-        t_mem = (params[i] + b * act[i]) / mem_bw[d]
-        dur[i] = launch[d] + max(t_comp, t_mem)
+        if weight_bw[d] > 0 and c != 0:  # weight streaming (cost model 1.1), not for EMBED
+            t_mem = b * act[i] / mem_bw[d]
+            dur[i] = launch[d] + max(t_comp, t_mem) + params[i] / weight_bw[d]
+        else:
+            t_mem = (params[i] + b * act[i]) / mem_bw[d]
+            dur[i] = launch[d] + max(t_comp, t_mem)
 
     # The list schedule, op by op in index order.
     finish = [0.0] * n

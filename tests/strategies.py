@@ -119,13 +119,15 @@ def platforms(draw, d_max: int = D_MAX):
     Device 0 is real and runs every class; other slots may be unreal (finite garbage numbers)
     or miss op classes (peak 0). Links, launch costs, idle powers and b_half vary (some 0);
     each device's memory capacity either never binds (1e13 B) or lies in 1e4..1e10 B, where
-    it sometimes does.
+    it sometimes does. Weight streaming (cost model 1.1) is off everywhere, on some devices or
+    on all.
     """
     rng = np.random.default_rng(draw(_SEEDS))
     d = int(rng.choice([1, *range(2, d_max + 1), *range(2, d_max + 1)]))
     p_unreal = draw(st.sampled_from([0.0, 0.3]))
     p_unsupported = draw(st.sampled_from([0.0, 0.25, 0.6]))
     p_tight = draw(st.sampled_from([0.0, 0.5, 1.0]))
+    p_stream = draw(st.sampled_from([0.0, 0.5, 1.0]))
 
     real = np.concatenate([[True], rng.random(d - 1) >= p_unreal])
     peak = _log_uniform(rng, 9.0, 14.0, (d, 6))
@@ -145,6 +147,9 @@ def platforms(draw, d_max: int = D_MAX):
         link_bw=_log_uniform(rng, 9.0, 11.5, (d, d)).astype(np.float32),
         link_latency=_log_uniform(rng, -6.0, -4.3, (d, d), 0.2).astype(np.float32),
         link_energy=_log_uniform(rng, -12.0, -10.0, (d, d), 0.2).astype(np.float32),
+        weight_bw=np.where(rng.random(d) < p_stream, _log_uniform(rng, 9.0, 12.0, d), 0.0).astype(
+            np.float32
+        ),
         device_mask=real,
     )
     hj.hardware.validate(p)

@@ -7,6 +7,7 @@ pads to the same size so the jitted fit and prediction compile once per process.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 
@@ -91,7 +92,8 @@ def test_fit_lowers_the_loss_and_gives_a_valid_platform(fitted):
     assert hist[-1, 0] < 0.5 * hist[0, 0]
     hj.hardware.validate(fitted.platform)
     p = fitted.params()
-    assert set(p) == {f"peak_{c}" for c in hj.graphs.OP_CLASSES} | {"mem_bw", "launch"}
+    assert set(p) == {f"peak_{c}" for c in hj.graphs.OP_CLASSES} | {"mem_bw", "launch",
+                                                                    "weight_bw"}  # fmt: skip
     assert all(np.isfinite(v) and v > 0 for v in p.values())
     assert p["launch"] < 1e-3  # a CPU op dispatch is microseconds, not milliseconds
 
@@ -103,17 +105,23 @@ def test_predictions_are_the_cost_model(tiny, fitted):
     m = jax.jit(hj.evaluate)(g, plat, hj.reference_plan(g))
     np.testing.assert_allclose(times, m.block_time, rtol=1e-5)
     np.testing.assert_allclose(lats[0], m.latency, rtol=1e-5)  # one device: sum of durations
-    # SPEC: dur = launch + max(flops * (b + b_half) / peak[class], bytes / mem_bw)
+    # cost model 1.1: dur = launch + max(flops * (b + b_half) / peak[class], act / mem_bw)
+    # + params / weight_bw, except EMBED ops (version 1: max(compute, (params + act) / mem_bw))
     peak = np.asarray(plat.peak)[0, np.asarray(g.op_class)]
+    emb = np.asarray(g.op_class) == hj.graphs.EMBED
+    params, act = np.asarray(g.param_bytes, np.float64), np.asarray(g.act_bytes, np.float64)
     t_comp = np.asarray(g.flops) * (1 + float(plat.b_half[0])) / peak
-    t_mem = (np.asarray(g.param_bytes) + np.asarray(g.act_bytes)) / float(plat.mem_bw[0])
-    np.testing.assert_allclose(times, float(plat.launch[0]) + np.maximum(t_comp, t_mem), rtol=1e-5)
+    t_mem = (np.where(emb, params, 0.0) + act) / float(plat.mem_bw[0])
+    t_w = np.where(emb, 0.0, params) / float(plat.weight_bw[0])
+    assert fitted.weight_streaming and float(plat.weight_bw[0]) > 0
+    np.testing.assert_allclose(times, float(plat.launch[0]) + np.maximum(t_comp, t_mem) + t_w,
+                               rtol=1e-5)  # fmt: skip
 
 
 def test_fit_recovers_a_known_device(tiny):
     """Synthetic measurements from a known platform: the fit reproduces them."""
     _, imp, prof = tiny
-    truth = cal.to_platform(np.log([3e9, 8e10, 4e10, 6e9, 5e9, 2e9, 3e10, 4e-6]))
+    truth = cal.to_platform(np.log([3e9, 8e10, 4e10, 6e9, 5e9, 2e9, 3e10, 4e-6, 2e10]))
     (times,), lats = cal.predict(truth, [(imp, prof)])
     fake = dataclasses.replace(prof, node_time=times, latency=float(lats[0]))
     res = cal.fit([(imp, fake)], steps=STEPS)
@@ -121,6 +129,47 @@ def test_fit_recovers_a_known_device(tiny):
     assert row["within_10"] > 0.9 and row["spearman"] > 0.95
     assert abs(row["latency_error"]) < 0.05
     np.testing.assert_allclose(res.params()["launch"], 4e-6, rtol=0.1)
+
+
+def test_weight_probe_streams_more_than_the_cache(monkeypatch):
+    monkeypatch.setattr(cal, "last_level_cache_bytes", lambda: 2.0**20)
+    model = cal.weight_probe(width=64, d_ff=256)  # pairs of 128 KiB: 32 pairs >= 4 MiB
+    assert model.graph.name == cal.WEIGHT_PROBE and len(model.graph.node) == 64
+    imp = hjo.import_model(model, DIMS, granularity="op")
+    assert (np.asarray(imp.graph.op_class) == hj.graphs.MATMUL).all()
+    assert float(np.sum(imp.graph.param_bytes)) >= 4 * 2.0**20
+    assert len(cal.weight_probe(width=64, d_ff=256, layers=2).graph.node) == 4
+    with pytest.raises(HetjaxError, match="weight_probe"):
+        cal.weight_probe(width=0)
+
+
+def test_fit_identifies_the_weight_bandwidth(tiny):
+    """Synthetic cost-model-1.1 measurements of bert-tiny and a small weight probe: the fit
+    finds the weight bandwidth, and a version-1 fit of the same data cannot match them."""
+    _, imp, _ = tiny
+    probe = hjo.import_model(cal.weight_probe(width=128, d_ff=512, layers=3), DIMS,
+                             granularity="op")  # fmt: skip
+    truth = cal.to_platform(np.log([3e9, 8e10, 4e10, 6e9, 5e9, 5e9, 3e10, 4e-6, 1e9]))
+    pairs = []
+    for i in (imp, probe):
+        (times,), lats = cal.predict(truth, [(i, _fake(i))])
+        pairs.append((i, _fake(i, times, float(lats[0]))))
+    res = cal.fit(pairs, steps=STEPS)
+    np.testing.assert_allclose(res.params()["weight_bw"], 1e9, rtol=0.15)
+    assert max(abs(r["latency_error"]) for r in cal.fidelity(res, pairs)) < 0.05
+    v1 = cal.fit(pairs, steps=STEPS, weight_streaming=False)
+    assert v1.params()["weight_bw"] == 0.0 and float(v1.platform.weight_bw[0]) == 0.0
+    assert v1.history[-1, 0] > res.history[-1, 0]
+
+
+def _fake(imp, times=None, latency=1.0):
+    """A profile of `imp` whose node times are `times` (default 1 us each)."""
+    n = imp.graph.n_max
+    times = np.full(n, 1e-6) if times is None else np.asarray(times)[:n]
+    return cal.Profile(source=imp.source, dims=dict(DIMS), node_names=tuple(imp.op_names),
+                       node_time=times, node_runs=times[:, None], latency=latency,
+                       wall_latency=latency, kernel_sum=float(times.sum()), clock="cpu",
+                       threads=1, repeats=1, load=0.0)  # fmt: skip
 
 
 def test_fidelity_rows(tiny, fitted):
@@ -144,7 +193,14 @@ def _app():
     return app
 
 
-def test_cli_calibrate_writes_a_loadable_platform(tiny, tmp_path):
+@pytest.fixture
+def small_probe(monkeypatch):
+    """Jobs build a 0.5 MB weight probe instead of one 4x this machine's last-level cache."""
+    small = functools.partial(cal.weight_probe, width=64, d_ff=256, layers=4)
+    monkeypatch.setattr(cal, "weight_probe", small)
+
+
+def test_cli_calibrate_writes_a_loadable_platform(tiny, tmp_path, small_probe):
     out = tmp_path / "cpu.json"
     res = CliRunner().invoke(_app(), [
         "calibrate", str(tiny[0]), "--out", str(out), "--seq", "16", "--repeats", "2",
@@ -157,13 +213,16 @@ def test_cli_calibrate_writes_a_loadable_platform(tiny, tmp_path):
     meta = hj.hardware.load_meta(out)
     assert "calibrated" in meta["device_names"][0]
     assert meta["calibration"]["threads"] == 1
+    assert meta["calibration"]["cost_model"].startswith("1.1")
+    assert [r["model"] for r in meta["calibration"]["in_sample"]] == ["bt", cal.WEIGHT_PROBE]
+    assert float(plat.weight_bw[0]) == pytest.approx(meta["calibration"]["params"]["weight_bw"])
     assert os.listdir(tmp_path) == ["cpu.json"]  # written atomically, no temp files left
     # "this machine's CPU" is a device graphs can be placed on (predict runs hj.evaluate on it)
     (times,), lats = cal.predict(plat, [tiny[1:]])
     assert np.isfinite(times).all() and lats[0] > 0
 
 
-def test_cli_fidelity_on_held_out_files(tiny, tmp_path):
+def test_cli_fidelity_on_held_out_files(tiny, tmp_path, small_probe):
     gpt = hj.graphs.TransformerConfig(
         name="gpt-t", arch="gpt2", d_model=128, n_layers=2, n_heads=2, d_ff=512, vocab_size=2000,
         max_positions=64, tied_lm_head=True,
@@ -177,10 +236,14 @@ def test_cli_fidelity_on_held_out_files(tiny, tmp_path):
     ])  # fmt: skip
     assert res.exit_code == 0, res.output
     rep = json.loads(out.read_text())
-    assert [r["model"] for r in rep["fit"]] == ["bt"] and [r["model"] for r in rep["test"]] == [
-        "gpt"
-    ]
+    assert [r["model"] for r in rep["fit"]] == ["bt", cal.WEIGHT_PROBE]
+    assert [r["model"] for r in rep["test"]] == ["gpt"]
     assert rep["summary"]["held_out_max_abs_latency_error"] == abs(rep["test"][0]["latency_error"])
+    assert rep["params"]["weight_bw"] > 0 and rep["settings"]["cost_model"].startswith("1.1")
+    # the version-1 device of the same profiles, fitted without the probe, for comparison
+    assert rep["v1"]["params"]["weight_bw"] == 0.0 and len(rep["v1"]["test"]) == 1
+    v1 = rep["v1"]["summary"]["held_out_max_abs_latency_error"]
+    assert v1 == abs(rep["v1"]["test"][0]["latency_error"])
     assert rep["command"].startswith("hetjax fidelity --fit")
     bad = CliRunner().invoke(_app(), ["fidelity", "--fit", "bert-tiny", "--test", "bert-tiny"])
     assert isinstance(bad.exception, HetjaxError)

@@ -212,6 +212,24 @@ def _close(m, r, field, expected, rtol=1e-5):
         assert not rest.any(), (field, got)
 
 
+def test_weight_streaming_extension():
+    """Cost model 1.1: with weight_bw > 0 a non-EMBED op's weights stream on top of compute and
+    only activations share the max(); EMBED ops and weight_bw = 0 devices are version 1."""
+    emb, mm = hj.graphs.EMBED, hj.graphs.MATMUL
+    g = _graph([[-1], [0], [1]], flops=[2e6, 2e6, 2e6], out_bytes=[0.0] * 3,
+               op_class=[emb, mm, mm], param_bytes=[4e6] * 3, act_bytes=[1e6] * 3)  # fmt: skip
+    # peak 1e9: t_comp 2 ms; mem_bw 1e9: activations 1 ms, weights 4 ms; weight_bw 2e9: 2 ms
+    p = _platform(peak=(1e9, 1e9), link_bw=1e12, link_latency=0.0, weight_bw=[2e9, 0.0])
+    m, r = _both(g, p, np.array([0, 0, 1]), 1.0)
+    # EMBED: v1 max(2, 5) = 5 ms; MATMUL on device 0: max(2, 1) + 2 = 4 ms; on device 1 (off): 5
+    _close(m, r, "block_time", [5e-3, 4e-3, 5e-3])
+    _close(m, r, "busy", [9e-3, 5e-3])
+    v1 = hj.Platform.create(**{**{f: getattr(p, f) for f in p.__dataclass_fields__},
+                               "weight_bw": [0.0, 0.0]})  # fmt: skip
+    m, r = _both(g, v1, np.array([0, 0, 1]), 1.0)
+    _close(m, r, "block_time", [5e-3, 5e-3, 5e-3])
+
+
 def test_chain_across_two_devices():
     # op0 on d0 (2 s at b=2), link 0->1 (1 ms + 2e3 B / 1e6 B/s = 3 ms), op1 on d1 (1 s),
     # link 1->0 (3 ms), op2 on d0 (2 s): T = 5.006 s.

@@ -56,9 +56,15 @@ def random_chain(rng: np.random.Generator, n_blocks: int) -> hj.LayerGraph:
 def random_platform(seed: int, n_dev: int, tight_memory: bool, graph) -> hj.Platform:
     """Platform `seed` of one hj.hardware.sample call around host3 (GPU, NPU, CPU) with its
     first `n_dev` devices real; with `tight_memory` the capacities bind (device 0 still fits
-    the reference plan at b = 1)."""
+    the reference plan at b = 1). Odd seeds turn on weight streaming (cost model 1.1) on some
+    devices."""
     p = hj.hardware.unstack(_SAMPLED)[seed]
     p = p.replace(device_mask=jnp.arange(D_MAX) < n_dev)
+    if seed % 2:
+        rng = np.random.default_rng(seed + 1000)
+        on = rng.random(D_MAX) < 0.7
+        wbw = np.where(on, np.asarray(p.mem_bw) * rng.uniform(0.05, 0.5, D_MAX), 0.0)
+        p = p.replace(weight_bw=jnp.asarray(wbw, jnp.float32))
     if tight_memory:
         rng = np.random.default_rng(seed)
         params = float(np.asarray(graph.param_bytes).sum())

@@ -141,3 +141,27 @@ def test_sample_valid_at_the_extreme_spreads(spread):
         hj.hardware.validate(ps)
         for f in ("peak", "mem_bw", "launch", "link_bw", "link_energy"):
             assert np.isfinite(np.asarray(getattr(ps, f))).all(), (name, f)
+
+
+def test_weight_streaming_field_defaults_samples_and_files(tmp_path):
+    """weight_bw (cost model 1.1) is 0 = off on every preset and in sampled platforms around
+    one; a positive value is jittered like the other rates; old files without it load as 0."""
+    for name in PRESETS:
+        assert not np.asarray(hj.hardware.preset(name).weight_bw).any(), name
+    base = hj.hardware.preset("edge")
+    off = hst.sample(jax.random.key(0), n=8, base=base, spread=3.0)
+    assert not np.asarray(off.weight_bw).any()
+    on = base.replace(weight_bw=np.asarray([2e10, 0.0], np.float32))
+    ps = hst.sample(jax.random.key(0), n=8, base=on, spread=3.0)
+    ratio = np.asarray(ps.weight_bw)[:, 0] / 2e10
+    assert ((ratio >= 1 / 3.0 - 1e-6) & (ratio <= 3.0 + 1e-6)).all() and np.unique(ratio).size == 8
+    assert not np.asarray(ps.weight_bw)[:, 1].any()
+    # the other fields draw exactly what they drew before the field existed
+    np.testing.assert_array_equal(ps.mem_bw, off.mem_bw)
+    np.testing.assert_array_equal(ps.link_bw, off.link_bw)
+    path = hj.hardware.save(on, tmp_path / "on.json")
+    np.testing.assert_array_equal(hj.hardware.load(path).weight_bw, on.weight_bw)
+    doc = json.loads(path.read_text())
+    del doc["fields"]["weight_bw"]
+    path.write_text(json.dumps(doc))
+    assert not np.asarray(hj.hardware.load(path).weight_bw).any()

@@ -54,6 +54,7 @@ def test_platform_non_finite(field, index, value, needles):
         ("launch", 0, ("launch[0]", "-1.5")),
         ("p_idle", 1, ("p_idle[1]", "-1.5")),
         ("b_half", 1, ("b_half[1]", "-1.5")),
+        ("weight_bw", 0, ("weight_bw[0]", "-1.5")),
         ("link_energy", (1, 0), ("link_energy[1, 0]", "-1.5")),
     ],
 )

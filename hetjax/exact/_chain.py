@@ -215,8 +215,11 @@ class ChainProblem:
         peak = f64(p["peak"])[dev][:, g["op_class"][ops]].T  # [n, D]
         safe = np.where(peak > 0, peak, 1.0)
         t_comp = flops[:, None] * (b + f64(p["b_half"])[dev]) / safe
-        t_mem = (params[:, None] + b * act[:, None]) / f64(p["mem_bw"])[dev]
-        dur_op = f64(p["launch"])[dev] + np.maximum(t_comp, t_mem)  # [n, D]
+        wbw = f64(p["weight_bw"])[dev]  # weight streaming (cost model 1.1): not for EMBED ops
+        stream = (wbw[None, :] > 0) & (g["op_class"][ops] != 0)[:, None]  # [n, D]
+        t_mem = (np.where(stream, 0.0, params[:, None]) + b * act[:, None]) / f64(p["mem_bw"])[dev]
+        t_w = np.where(stream, params[:, None] / np.where(wbw > 0, wbw, 1.0), 0.0)
+        dur_op = f64(p["launch"])[dev] + np.maximum(t_comp, t_mem) + t_w  # [n, D]
         dur = np.zeros((m, len(dev)))
         np.add.at(dur, blk, dur_op)
         bad = np.zeros((m, len(dev)), bool)

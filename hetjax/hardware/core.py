@@ -32,6 +32,7 @@ class Platform:
     p_busy: jax.Array  # f32[D]       power while executing, W
     p_idle: jax.Array  # f32[D]       power while idle, W
     b_half: jax.Array  # f32[D]       batch at which the device reaches half its peak utilisation
+    weight_bw: jax.Array  # f32[D]    weight-streaming bandwidth, bytes/s; 0 = off (cost model v1)
     link_bw: jax.Array  # f32[D, D]   bytes/s from device e to device d (diagonal unused)
     link_latency: jax.Array  # f32[D, D] s per transfer
     link_energy: jax.Array  # f32[D, D]  J per byte moved
@@ -61,10 +62,12 @@ class Platform:
         link_bw,
         link_latency,
         link_energy,
+        weight_bw=None,
         device_mask=None,
         check: bool = True,
     ) -> Platform:
-        """Build a platform from array-likes (float32); the mask defaults to all-real."""
+        """Build a platform from array-likes (float32); the mask defaults to all-real and
+        `weight_bw` (the weight-streaming extension, bytes/s) to 0 on every device, i.e. off."""
         f = lambda x: np.asarray(x, np.float32)  # noqa: E731
         mem_bw = f(mem_bw)
         p = cls(
@@ -75,6 +78,7 @@ class Platform:
             p_busy=f(p_busy),
             p_idle=f(p_idle),
             b_half=f(b_half),
+            weight_bw=np.zeros_like(mem_bw) if weight_bw is None else f(weight_bw),
             link_bw=f(link_bw),
             link_latency=f(link_latency),
             link_energy=f(link_energy),
@@ -87,7 +91,7 @@ class Platform:
         return jax.tree.map(jnp.asarray, p)
 
 
-_VECTOR_FIELDS = ("mem_bw", "launch", "mem_capacity", "p_busy", "p_idle", "b_half")
+_VECTOR_FIELDS = ("mem_bw", "launch", "mem_capacity", "p_busy", "p_idle", "b_half", "weight_bw")
 _LINK_FIELDS = ("link_bw", "link_latency", "link_energy")
 # Fields that must be strictly positive on real devices (the others must be >= 0).
 _POSITIVE = {"mem_bw", "mem_capacity", "link_bw"}

@@ -63,6 +63,7 @@ def sample(
         p_busy=p_busy,
         p_idle=jnp.minimum(jitter(keys[6], p.p_idle), p_busy),
         b_half=jitter(keys[7], p.b_half),
+        weight_bw=jitter(keys[11], p.weight_bw),  # 0 (off) stays 0
         link_bw=link[..., 0] * _log_uniform(keys[8], (n, d, d), spread),
         link_latency=link[..., 1] * _log_uniform(keys[9], (n, d, d), spread),
         link_energy=link[..., 2] * _log_uniform(keys[10], (n, d, d), spread),

@@ -7,9 +7,12 @@
    is the median time of `session.run` in a second session without profiling, run alternately
    with the profiled one; with one thread it is the calling thread's CPU time (equal to the
    wall-clock time on an idle machine, robust to other processes on a shared one).
-2. `fit` fits one device's per-class peaks, memory bandwidth and launch cost (in log space) by
-   gradient descent (optax Adam) through `hetjax.evaluate`: every op on device 0, op
-   granularity, so each op's block time is its SPEC duration. The loss is the mean squared
+2. `fit` fits one device's per-class peaks, memory bandwidth, launch cost and (cost model 1.1,
+   on by default) weight-streaming bandwidth (in log space) by gradient descent (optax Adam)
+   through `hetjax.evaluate`: every op on device 0, op granularity, so each op's block time is
+   its SPEC duration. `weight_probe` builds the MatMul chain whose weights exceed the last-level
+   cache that a calibration profiles beside the user's models, so the weight bandwidth is
+   identified even when their weights stay in cache. The loss is the mean squared
    error of log(predicted) vs log(measured) per-node time, plus `e2e_weight` times the mean
    squared log error of the models' end-to-end latencies.
 3. `fidelity` scores a fitted platform on profiles it was or was not fitted on: the share of
@@ -67,6 +70,8 @@ __all__ = [
     "run_fidelity",
     "save_platform",
     "cpu_name",
+    "weight_probe",
+    "WEIGHT_PROBE",
     "MIN_TIME",
     "FIT_SEQS",
 ]
@@ -76,6 +81,8 @@ __all__ = [
 FIT_SEQS = (16, 32, 64, 128, 256)
 TIE_WEIGHT = 0.01  # weight of the CONTROL-to-ELEMWISE peak tie in the fit's loss (log space)
 MIN_TIME = 1e-6  # s: ONNX Runtime's profiler reports whole microseconds; shorter times floor here
+WEIGHT_PROBE = "weight-probe"  # model name of `weight_probe()` wherever models are named
+NUM_THETA = NUM_CLASSES + 3  # log peaks, log mem_bw, log launch, log weight_bw
 
 
 @dataclass(frozen=True)
@@ -342,10 +349,15 @@ class FitData(NamedTuple):
 
 
 def to_platform(
-    theta: jax.Array, mem_capacity: float = 1e12, p_busy: float = 0.0, p_idle: float = 0.0
+    theta: jax.Array,
+    mem_capacity: float = 1e12,
+    p_busy: float = 0.0,
+    p_idle: float = 0.0,
+    weight_streaming: bool = True,
 ) -> Platform:
-    """A one-device platform from log-space parameters theta f32[8] = log(peak[0..5]),
-    log(mem_bw), log(launch). b_half = 0 (batch-1 profiles cannot identify it); power (W) as
+    """A one-device platform from log-space parameters theta f32[9] = log(peak[0..5]),
+    log(mem_bw), log(launch), log(weight_bw) (bytes/s; weight_bw = 0, cost model v1, when
+    `weight_streaming` is off). b_half = 0 (batch-1 profiles cannot identify it); power (W) as
     given (not calibrated; 0 by default). Pure and differentiable."""
     theta = jnp.asarray(theta, jnp.float32)
     one = jnp.ones((1,), jnp.float32)
@@ -358,6 +370,7 @@ def to_platform(
         p_busy=one * p_busy,
         p_idle=one * p_idle,
         b_half=zero,
+        weight_bw=jnp.exp(theta[NUM_CLASSES + 2])[None] if weight_streaming else zero,
         link_bw=jnp.exp(theta[NUM_CLASSES])[None, None],
         link_latency=zero[None],
         link_energy=zero[None],
@@ -381,8 +394,9 @@ def _simulate(platform: Platform, graphs: LayerGraph, batch):
     return jax.vmap(one)(graphs, batch)
 
 
-def _loss(theta, data: FitData, e2e_weight, tie_weight):
-    pred, lat = _simulate(to_platform(theta), data.graphs, data.batch)
+def _loss(theta, data: FitData, e2e_weight, tie_weight, weight_streaming):
+    pred, lat = _simulate(to_platform(theta, weight_streaming=weight_streaming), data.graphs,
+                          data.batch)  # fmt: skip
     err = jnp.log(jnp.where(data.mask, pred, 1.0)) - jnp.log(data.measured)
     node = jnp.sum(jnp.where(data.mask, err**2, 0.0)) / jnp.maximum(jnp.sum(data.mask), 1)
     e2e = jnp.mean((jnp.log(lat) - jnp.log(data.latency)) ** 2)
@@ -393,18 +407,27 @@ def _loss(theta, data: FitData, e2e_weight, tie_weight):
     return node + e2e_weight * e2e + tie_weight * tie, (node, e2e)
 
 
-@functools.partial(jax.jit, static_argnames=("steps",))
-def fit_params(theta0, data: FitData, steps: int, lr, e2e_weight, tie_weight=TIE_WEIGHT):
+@functools.partial(jax.jit, static_argnames=("steps", "weight_streaming"))
+def fit_params(
+    theta0,
+    data: FitData,
+    steps: int,
+    lr,
+    e2e_weight,
+    tie_weight=TIE_WEIGHT,
+    weight_streaming: bool = True,
+):
     """Adam on the log-space parameters for `steps` steps (one `lax.scan`).
 
-    Returns (theta f32[8], loss history f32[steps, 3]: total, per-node, end-to-end).
+    Returns (theta f32[9], loss history f32[steps, 3]: total, per-node, end-to-end); without
+    `weight_streaming` theta[8] has no gradient and stays where it started.
     """
     opt = optax.adam(lr)
     grad = jax.value_and_grad(_loss, has_aux=True)
 
     def step(carry, _):
         theta, state = carry
-        (total, (node, e2e)), g = grad(theta, data, e2e_weight, tie_weight)
+        (total, (node, e2e)), g = grad(theta, data, e2e_weight, tie_weight, weight_streaming)
         upd, state = opt.update(g, state, theta)
         return (optax.apply_updates(theta, upd), state), jnp.stack([total, node, e2e])
 
@@ -450,15 +473,17 @@ class FitResult:
     """A fitted CPU platform and how the fit went."""
 
     platform: Platform
-    theta: np.ndarray  # f64[8] log(peak[0..5]), log(mem_bw), log(launch)
+    theta: np.ndarray  # f64[9] log(peak[0..5]), log(mem_bw), log(launch), log(weight_bw)
     history: np.ndarray  # f64[steps, 3] loss: total, per-node, end-to-end
     fitted_on: tuple[str, ...]  # "<source> <dims>" of every profile used
+    weight_streaming: bool = True  # cost model 1.1 (weight_bw fitted) or version 1 (0)
 
     def params(self) -> dict:
-        """Fitted numbers by name (FLOP/s, bytes/s, s)."""
+        """Fitted numbers by name (FLOP/s, bytes/s, s; weight_bw 0 = version 1)."""
         v = np.exp(self.theta)
         out = {f"peak_{c}": float(v[i]) for i, c in enumerate(OP_CLASSES)}
         out.update(mem_bw=float(v[NUM_CLASSES]), launch=float(v[NUM_CLASSES + 1]))
+        out.update(weight_bw=float(v[NUM_CLASSES + 2]) if self.weight_streaming else 0.0)
         return out
 
 
@@ -472,11 +497,13 @@ def fit(
     mem_capacity: float | None = None,
     p_busy: float = 0.0,
     p_idle: float = 0.0,
+    weight_streaming: bool = True,
 ) -> FitResult:
     """Fit a one-device CPU platform to (op-granularity graph, profile) pairs (see module doc).
 
-    `mem_capacity` (bytes) defaults to this machine's physical memory; `p_busy` / `p_idle` (W)
-    are not measured and default to 0 (energy not modelled) unless given.
+    `weight_streaming` fits the weight bandwidth of cost model 1.1 (else a version-1 device,
+    weight_bw = 0). `mem_capacity` (bytes) defaults to this machine's physical memory;
+    `p_busy` / `p_idle` (W) are not measured and default to 0 (energy not modelled) unless given.
     """
     if not pairs:
         raise HetjaxError("fit: no profiles to fit on")
@@ -489,20 +516,22 @@ def fit(
         if imp.graph.n_max != imp.graph.m_max:
             raise HetjaxError(f"fit: {imp.source} must be imported at granularity='op'")
     data = _data(pairs)
-    # Start from typical CPU numbers: 10 GFLOP/s per class, 10 GB/s, 2 us per op.
-    theta0 = jnp.asarray([math.log(1e10)] * NUM_CLASSES + [math.log(1e10), math.log(2e-6)],
+    # Start from typical CPU numbers: 10 GFLOP/s per class, 10 GB/s, 2 us per op, 10 GB/s.
+    theta0 = jnp.asarray([math.log(1e10)] * NUM_CLASSES
+                         + [math.log(1e10), math.log(2e-6), math.log(1e10)],
                          jnp.float32)  # fmt: skip
     theta, hist = fit_params(theta0, data, steps, jnp.float32(lr), jnp.float32(e2e_weight),
-                             jnp.float32(tie_weight))  # fmt: skip
+                             jnp.float32(tie_weight), weight_streaming)  # fmt: skip
     theta = np.asarray(theta, np.float64)
     cap = float(mem_capacity) if mem_capacity else _physical_memory()
-    plat = to_platform(theta, cap, p_busy, p_idle)
+    plat = to_platform(theta, cap, p_busy, p_idle, weight_streaming)
     plat = Platform.create(**{f: np.asarray(getattr(plat, f)) for f in plat.__dataclass_fields__})
     return FitResult(
         platform=plat,
         theta=theta,
         history=np.asarray(hist, np.float64),
         fitted_on=tuple(f"{p.source} {p.dims}" for _, p in pairs),
+        weight_streaming=weight_streaming,
     )
 
 
@@ -531,8 +560,8 @@ def predict(platform_or_fit: Platform | FitResult, pairs: Sequence[tuple[Importe
 def _spearman(a: np.ndarray, b: np.ndarray) -> float:
     from scipy.stats import spearmanr
 
-    if len(a) < 3:
-        return float("nan")
+    if len(a) < 3 or np.ptp(a) == 0 or np.ptp(b) == 0:  # undefined (e.g. the probe's equal
+        return float("nan")  # MatMuls, predicted alike)
     return float(spearmanr(a, b).statistic)
 
 
@@ -556,6 +585,57 @@ def fidelity(platform_or_fit, pairs: Sequence[tuple[Imported, Profile]]) -> list
     return rows
 
 
+# --- the weight-streaming probe -------------------------------------------------------------------
+def last_level_cache_bytes(default: float = 32 * 2.0**20) -> float:
+    """Size of this CPU's largest cache in bytes (Linux sysfs; `default` where unknown)."""
+    sizes = []
+    for f in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        try:
+            text = f.read_text().strip().upper()
+            mult = {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1:], 1)
+            sizes.append(float(text.rstrip("KMG")) * mult)
+        except (OSError, ValueError):
+            continue
+    return max(sizes, default=default)
+
+
+def weight_probe(
+    width: int = 1024, d_ff: int = 4096, layers: int | None = None, seed: int = 0
+) -> onnx.ModelProto:
+    """A chain of MatMuls x[batch, sequence, width] @ [width, d_ff] @ [d_ff, width] ... (fp32,
+    random weights), checker-valid, with symbolic `batch` and `sequence`.
+
+    `layers` (pairs of MatMuls) defaults to enough that the weights are at least 4x this CPU's
+    last-level cache (at least 3 pairs, 100 MB): every run streams them from DRAM, as a large
+    model's do. Profiled beside the models a calibration fits on, it identifies the device's
+    weight-streaming bandwidth (cost model 1.1) even when those models' weights stay in cache.
+    """
+    from onnx import TensorProto, helper, numpy_helper
+
+    if min(width, d_ff) < 1 or (layers is not None and layers < 1):
+        raise HetjaxError(f"weight_probe: width={width}, d_ff={d_ff}, layers={layers}: need >= 1")
+    pair_bytes = 2 * width * d_ff * 4
+    if layers is None:
+        layers = max(3, math.ceil(4 * last_level_cache_bytes() / pair_bytes))
+    rng = np.random.default_rng(seed)
+    nodes, weights, x = [], [], "x"
+    for layer in range(layers):
+        for j, shape in enumerate(((width, d_ff), (d_ff, width))):
+            w, y = f"w{layer}_{j}", f"h{layer}_{j}"
+            data = (rng.standard_normal(shape) * 0.02).astype(np.float32)
+            weights.append(numpy_helper.from_array(data, w))
+            name = f"/probe/layer.{layer}/fc{j + 1}/MatMul"
+            nodes.append(helper.make_node("MatMul", [x, w], [y], name=name))
+            x = y
+    io = lambda name: helper.make_tensor_value_info(  # noqa: E731
+        name, TensorProto.FLOAT, ["batch", "sequence", width]
+    )
+    graph = helper.make_graph(nodes, WEIGHT_PROBE, [io("x")], [io(x)], weights)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    return model
+
+
 # --- jobs ---------------------------------------------------------------------------------------
 def cpu_name() -> str:
     """The CPU model name of this machine (from /proc/cpuinfo where available)."""
@@ -570,7 +650,7 @@ def cpu_name() -> str:
 
 def _resolve_models(models: Sequence, workdir: str) -> list[tuple[str, object]]:
     """(display name, path or ModelProto) per model: files as given, built-in names exported
-    (float32, symbolic batch/sequence) into `workdir`."""
+    (float32, symbolic batch/sequence) into `workdir`, `WEIGHT_PROBE` built by `weight_probe`."""
     from hetjax.graphs.transformers import MODELS
     from hetjax.onnx.exporter import export_transformer
 
@@ -578,13 +658,18 @@ def _resolve_models(models: Sequence, workdir: str) -> list[tuple[str, object]]:
     for m in models:
         if isinstance(m, onnx.ModelProto):
             out.append((m.graph.name or "model", m))
+        elif m == WEIGHT_PROBE and not os.path.exists(m):
+            path = Path(workdir) / f"{WEIGHT_PROBE}.onnx"
+            onnx.save(weight_probe(), path)
+            out.append((WEIGHT_PROBE, str(path)))
         elif os.path.exists(str(m)):
             out.append((Path(m).stem, str(m)))
         elif isinstance(m, str) and m in MODELS:
             out.append((m, str(export_transformer(m, Path(workdir) / f"{m}.onnx"))))
         else:
             raise OnnxImportError(
-                f"{m!r}: no such ONNX file and not a built-in model ({', '.join(MODELS)})"
+                f"{m!r}: no such ONNX file and not a built-in model ({', '.join(MODELS)}) "
+                f"or {WEIGHT_PROBE!r}"
             )
     return out
 
@@ -634,21 +719,27 @@ def calibrate(
     e2e_weight: float = 1.0,
     p_busy: float = 0.0,
     p_idle: float = 0.0,
+    weight_streaming: bool = True,
     out: str | os.PathLike | None = None,
     log=None,
 ) -> tuple[FitResult, list[dict]]:
     """Profile `models` (ONNX files or built-in names) at each dims in `dims_list` (default:
     batch 1 at every length in `FIT_SEQS`), fit a CPU platform, optionally save it to `out`
-    (`hj.hardware.load` reads it back). Returns the fit and its in-sample fidelity rows."""
+    (`hj.hardware.load` reads it back). Returns the fit and its in-sample fidelity rows.
+
+    `weight_streaming` (default) fits cost model 1.1's weight bandwidth and profiles the
+    `weight_probe` with the models; off, a version-1 device is fitted on the models alone."""
     if not dims_list:
         dims_list = [{"batch": 1, "sequence": s} for s in FIT_SEQS]
     dims_list = [dict(d) for d in dims_list]
+    models = _with_probe(models, weight_streaming)
     with tempfile.TemporaryDirectory(prefix="hetjax-cal-") as tmp:
         resolved = _resolve_models(models, tmp)
         pairs, names, _ = _profile_all(resolved, [dims_list] * len(resolved), repeats=repeats,
                                        warmup=warmup, threads=threads, stat=stat,
                                        log=log)  # fmt: skip
-    result = fit(pairs, steps=steps, lr=lr, e2e_weight=e2e_weight, p_busy=p_busy, p_idle=p_idle)
+    result = fit(pairs, steps=steps, lr=lr, e2e_weight=e2e_weight, p_busy=p_busy, p_idle=p_idle,
+                 weight_streaming=weight_streaming)  # fmt: skip
     rows = fidelity(result, pairs)
     for row, name in zip(rows, names, strict=True):
         row["model"] = name
@@ -656,6 +747,13 @@ def calibrate(
         fitted_on = [f"{n} {p.dims}" for n, (_, p) in zip(names, pairs, strict=True)]
         save_platform(result, out, fitted_on, threads=threads, repeats=repeats, rows=rows)
     return result, rows
+
+
+def _with_probe(models: Sequence, weight_streaming: bool) -> list:
+    models = list(models)
+    if weight_streaming and WEIGHT_PROBE not in models:
+        models.append(WEIGHT_PROBE)
+    return models
 
 
 def device_name(threads: int) -> str:
@@ -676,6 +774,7 @@ def save_platform(result: FitResult, path, fitted_on, *, threads, repeats, rows=
         calibration=dict(
             params=result.params(), fitted_on=list(fitted_on), threads=threads,
             repeats=repeats, final_loss=result.history[-1].tolist(),
+            cost_model="1.1 (weight streaming)" if result.weight_streaming else "1",
             b_half="fixed at 0 (batch-1 profiles)",
             power="not measured: p_busy / p_idle as given to calibrate (default 0 W)",
             in_sample=rows or [],
@@ -697,14 +796,20 @@ def run_fidelity(
     steps: int = 600,
     lr: float = 0.05,
     e2e_weight: float = 1.0,
+    weight_streaming: bool = True,
     log=None,
 ) -> tuple[FitResult, dict]:
     """Fit on `fit_models` (at `fit_seqs`, None: `seqs`), score on `test_models` it never saw
     (at every length in `seqs`).
 
-    Returns the fit and a JSON-able report: machine, settings, fitted parameters, one row per
-    (model, seq) for the fit set and the held-out set, and a summary of the held-out rows.
+    With `weight_streaming` (default) the fit is cost model 1.1's (the `weight_probe` joins the
+    fit set) and the report also scores, on the same profiles, the version-1 device fitted on
+    `fit_models` alone (`report["v1"]`). Returns the fit and a JSON-able report: machine,
+    settings, fitted parameters, one row per (model, seq) for the fit set and the held-out set,
+    and a summary of the held-out rows.
     """
+    user_fit_models = [str(m) for m in fit_models]
+    fit_models = _with_probe(fit_models, weight_streaming)
     fit_seqs = seqs if fit_seqs is None else fit_seqs
     dims_list = [{"batch": batch, "sequence": int(s)} for s in seqs]
     fit_dims = [{"batch": batch, "sequence": int(s)} for s in fit_seqs]
@@ -720,7 +825,8 @@ def run_fidelity(
     n_fit = sum(m < len(fit_res) for m in origin)
     fit_pairs, fit_names = pairs[:n_fit], names[:n_fit]
     test_pairs, test_names = pairs[n_fit:], names[n_fit:]
-    result = fit(fit_pairs, steps=steps, lr=lr, e2e_weight=e2e_weight)
+    result = fit(fit_pairs, steps=steps, lr=lr, e2e_weight=e2e_weight,
+                 weight_streaming=weight_streaming)  # fmt: skip
     fit_rows = fidelity(result, fit_pairs)
     test_rows = fidelity(result, test_pairs)
     for rows, names in ((fit_rows, fit_names), (test_rows, test_names)):
@@ -728,7 +834,15 @@ def run_fidelity(
             row["model"] = name
     import onnxruntime as ort
 
-    errs = np.array([abs(r["latency_error"]) for r in test_rows])
+    v1 = None
+    if weight_streaming:  # the version-1 device of the same profiles, fitted without the probe
+        v1_pairs = [pair for pair, name in zip(fit_pairs, fit_names, strict=True)
+                    if name != WEIGHT_PROBE or WEIGHT_PROBE in user_fit_models]  # fmt: skip
+        v1_fit = fit(v1_pairs, steps=steps, lr=lr, e2e_weight=e2e_weight, weight_streaming=False)
+        v1_rows = fidelity(v1_fit, test_pairs)
+        for row, name in zip(v1_rows, test_names, strict=True):
+            row["model"] = name
+        v1 = dict(params=v1_fit.params(), test=v1_rows, summary=_summary(v1_rows))
     report = dict(
         machine=dict(
             cpu=cpu_name(), cores=os.cpu_count(), onnxruntime=ort.__version__, load_after=_load()
@@ -747,18 +861,25 @@ def run_fidelity(
             steps=steps,
             lr=lr,
             e2e_weight=e2e_weight,
+            cost_model="1.1 (weight streaming)" if weight_streaming else "1",
         ),
         params=result.params(),
         final_loss=result.history[-1].tolist(),
         fit=fit_rows,
         test=test_rows,
-        summary=dict(
-            held_out_max_abs_latency_error=float(errs.max()),
-            held_out_mean_abs_latency_error=float(errs.mean()),
-            held_out_min_spearman=float(min(r["spearman"] for r in test_rows)),
-            held_out_mean_within_10=float(np.mean([r["within_10"] for r in test_rows])),
-            held_out_mean_within_25=float(np.mean([r["within_25"] for r in test_rows])),
-            seconds=time.perf_counter() - t_start,
-        ),
+        summary=dict(**_summary(test_rows), seconds=time.perf_counter() - t_start),
     )
+    if v1 is not None:
+        report["v1"] = v1
     return result, report
+
+
+def _summary(test_rows: list[dict]) -> dict:
+    errs = np.array([abs(r["latency_error"]) for r in test_rows])
+    return dict(
+        held_out_max_abs_latency_error=float(errs.max()),
+        held_out_mean_abs_latency_error=float(errs.mean()),
+        held_out_min_spearman=float(min(r["spearman"] for r in test_rows)),
+        held_out_mean_within_10=float(np.mean([r["within_10"] for r in test_rows])),
+        held_out_mean_within_25=float(np.mean([r["within_25"] for r in test_rows])),
+    )

@@ -71,7 +71,7 @@ def _params_table(params: dict):
     t.add_column("parameter")
     t.add_column("value", justify="right")
     for k, v in params.items():
-        unit = "GFLOP/s" if k.startswith("peak") else ("GB/s" if k == "mem_bw" else "us")
+        unit = "GFLOP/s" if k.startswith("peak") else ("GB/s" if k.endswith("_bw") else "us")
         scale = 1e-9 if unit in ("GFLOP/s", "GB/s") else 1e6
         t.add_row(k, f"{v * scale:.3f} {unit}")
     return t
@@ -87,6 +87,14 @@ Threads = Annotated[int, typer.Option(help="ONNX Runtime intra-op threads")]
 Steps = Annotated[int, typer.Option(help="Adam steps")]
 Lr = Annotated[float, typer.Option(help="Adam learning rate (log space)")]
 E2E = Annotated[float, typer.Option("--e2e-weight", help="weight of the end-to-end term")]
+Streaming = Annotated[
+    bool,
+    typer.Option(
+        "--weight-streaming/--v1",
+        help="fit cost model 1.1 (weights streamed on top of compute; profiles the weight "
+        "probe too) or a version-1 device",
+    ),
+]
 
 
 def calibrate_cmd(
@@ -103,6 +111,7 @@ def calibrate_cmd(
     e2e_weight: E2E = 1.0,
     p_busy: Annotated[float, typer.Option(help="CPU power while busy, W (not measured)")] = 0.0,
     p_idle: Annotated[float, typer.Option(help="CPU power while idle, W (not measured)")] = 0.0,
+    weight_streaming: Streaming = True,
 ):
     """Profile ONNX models with ONNX Runtime (CPU) and fit a `cpu` device; save it as a platform.
 
@@ -116,7 +125,8 @@ def calibrate_cmd(
     dims = _dims(seq or list(FIT_SEQS), batch, dim or [])
     result, rows = calibrate(
         models, dims, repeats=repeats, warmup=warmup, threads=threads, steps=steps, lr=lr,
-        e2e_weight=e2e_weight, p_busy=p_busy, p_idle=p_idle, out=out, log=console.print,
+        e2e_weight=e2e_weight, p_busy=p_busy, p_idle=p_idle, weight_streaming=weight_streaming,
+        out=out, log=console.print,
     )  # fmt: skip
     console.print(_params_table(result.params()))
     console.print(_rows_table("in-sample fidelity (the models it was fitted on)", rows))
@@ -144,6 +154,7 @@ def fidelity_cmd(
     steps: Steps = 600,
     lr: Lr = 0.05,
     e2e_weight: E2E = 1.0,
+    weight_streaming: Streaming = True,
     out: Annotated[Path, typer.Option(help="report JSON to write")] = Path("fidelity.json"),
     platform_out: Annotated[Path | None, typer.Option(help="also save the platform")] = None,
 ):
@@ -164,12 +175,14 @@ def fidelity_cmd(
     _dims(seqs + fit_seqs, batch, [])
     result, report = run_fidelity(
         fit, test, seqs, fit_seqs=fit_seqs, batch=batch, repeats=repeats, warmup=warmup,
-        threads=threads, steps=steps, lr=lr, e2e_weight=e2e_weight, log=console.print,
+        threads=threads, steps=steps, lr=lr, e2e_weight=e2e_weight,
+        weight_streaming=weight_streaming, log=console.print,
     )  # fmt: skip
     report["command"] = "hetjax fidelity " + " ".join(
         [f"--fit {m}" for m in fit] + [f"--test {m}" for m in test]
         + [f"--seq {s}" for s in seqs] + [f"--fit-seq {s}" for s in fit_seqs]
         + [f"--repeats {repeats}", f"--threads {threads}"]
+        + ([] if weight_streaming else ["--v1"])
     )  # fmt: skip
     console.print(_params_table(result.params()))
     console.print(_rows_table("fitted on", report["fit"]))
@@ -181,6 +194,13 @@ def fidelity_cmd(
         f"{s['held_out_mean_within_10'] * 100:.1f}% / {s['held_out_mean_within_25'] * 100:.1f}% "
         f"({s['seconds']:.0f} s, load average {report['machine']['load_after']:.1f})"
     )
+    if "v1" in report:
+        v = report["v1"]["summary"]
+        console.print(
+            f"version-1 device fitted on the same profiles (without the probe): max |latency "
+            f"error| {v['held_out_max_abs_latency_error'] * 100:.1f}%, min Spearman "
+            f"{v['held_out_min_spearman']:.3f}"
+        )
     _write_json(report, out)
     console.print(f"wrote {out}")
     if platform_out is not None:
