@@ -74,6 +74,10 @@ def main() -> None:
         "`hj.hardware.sample` perturbs every number log-uniformly around a preset and draws "
         "each link from PCIe 3/4/5 x16 and NVLink.",
         "",
+        "Every preset device has `weight_bw` = 0, i.e. SPEC cost model version 1 (extension 1.1, "
+        "weights streamed on top of compute, is for devices fitted by `hetjax calibrate`; see "
+        "[model.md](model.md#extension-11-weight-streaming-platformweight_bw)).",
+        "",
     ]
     OUT.parent.mkdir(exist_ok=True)
     OUT.write_text("\n".join(lines))
