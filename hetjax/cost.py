@@ -1,4 +1,5 @@
-"""The version-1 cost model (SPEC: Evaluation, Metrics, Objective) as pure JAX functions.
+"""The version-1 cost model (SPEC: Evaluation, Metrics, Objective) as pure JAX functions, with
+the weight-streaming extension 1.1 (`Platform.weight_bw`; 0 = off = version 1, docs/model.md).
 
 `evaluate(graph, platform, plan)` simulates the list schedule of SPEC exactly. Plans may carry
 leading batch axes: many plans for one graph and platform are then simulated together in one

@@ -1,7 +1,9 @@
-"""An independent float64 reference of the SPEC v1 cost model, in plain Python loops.
+"""An independent float64 reference of the SPEC v1 cost model, in plain Python loops, with the
+weight-streaming extension 1.1 (`Platform.weight_bw > 0`, docs/model.md).
 
-Written from SPEC.md alone (not from `hetjax.cost`), so that tests can check `hj.evaluate`
-against a second reading of the specification. It is slow (one Python step per op and
+Written from SPEC.md (and the extension's definition in docs/model.md), not from
+`hetjax.cost`, so that tests can check `hj.evaluate` against a second reading of the
+specification. It is slow (one Python step per op and
 predecessor slot) and meant for tests and debugging only, never for a hot path.
 
 Degenerate cases the SPEC leaves open, resolved as `hetjax.cost` resolves them:

@@ -139,8 +139,23 @@ def test_weight_probe_streams_more_than_the_cache(monkeypatch):
     assert (np.asarray(imp.graph.op_class) == hj.graphs.MATMUL).all()
     assert float(np.sum(imp.graph.param_bytes)) >= 4 * 2.0**20
     assert len(cal.weight_probe(width=64, d_ff=256, layers=2).graph.node) == 4
+    assert model.ir_version == 8  # readable by older ONNX Runtime releases, like the exports
+    monkeypatch.setattr(cal, "last_level_cache_bytes", lambda: 2.0**40)  # capped, not 2 TB
+    assert len(cal.weight_probe(width=8, d_ff=8).graph.node) == 2 * cal.MAX_PROBE_PAIRS
     with pytest.raises(HetjaxError, match="weight_probe"):
         cal.weight_probe(width=0)
+    with pytest.raises(HetjaxError, match="cannot be held out"):
+        cal.run_fidelity(["bert-tiny"], [cal.WEIGHT_PROBE])
+    with pytest.raises(HetjaxError, match=r"theta must have shape \(9,\)"):
+        cal.to_platform(np.zeros(8))  # a version-1 theta
+
+
+def test_last_level_cache_from_sysfs(tmp_path):
+    for i, size in enumerate(["48K", "1024K", "32768K"]):
+        (tmp_path / f"index{i}").mkdir()
+        (tmp_path / f"index{i}" / "size").write_text(size + "\n")
+    assert cal.last_level_cache_bytes(root=tmp_path) == 32 * 2.0**20
+    assert cal.last_level_cache_bytes(default=7.0, root=tmp_path / "none") == 7.0
 
 
 def test_fit_identifies_the_weight_bandwidth(tiny):

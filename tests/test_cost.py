@@ -180,3 +180,16 @@ def test_arrival_table_is_updated_in_place(preset):
     hlo = jax.jit(_simulate_chunk).lower(g, p, placement, batch).compile().as_text()
     copied = [int(r) for r in re.findall(rf"= f32\[(\d+),{c}\]\{{[0-9,]*\}} copy\(", hlo)]
     assert not [r for r in copied if r >= 2 * g.n_max], copied
+
+
+def test_gradients_through_weight_streaming():
+    """d latency / d weight_bw is finite with the extension off (0: the double where keeps the
+    unused branch's 0-division out of the gradient) and negative where it is on."""
+    g = hj.graphs.transformer("bert-tiny", seq_len=32)
+    p = hj.hardware.preset("edge")
+    plan = hj.Plan.from_blocks(g, np.zeros(g.num_blocks, np.int32), 4.0)
+    grad = jax.jit(jax.grad(lambda w: hj.evaluate(g, p.replace(weight_bw=w), plan).latency))
+    off = np.asarray(grad(jnp.zeros(2)))
+    assert np.isfinite(off).all() and not off.any()
+    on = np.asarray(grad(jnp.asarray([2e10, 0.0])))
+    assert np.isfinite(on).all() and on[0] < 0 and on[1] == 0

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import numpy as np
 from flax import struct
 
 from hetjax.errors import PlatformError
+from hetjax.io import write_json
 
 __all__ = ["Platform", "validate", "pad", "stack", "unstack", "save", "load", "NUM_CLASSES"]
 
@@ -189,15 +189,9 @@ def unstack(platform: Platform) -> list[Platform]:
 
 def save(platform: Platform, path: str | os.PathLike, **meta) -> Path:
     """Write a platform (and JSON-able metadata, e.g. device names) to JSON, atomically."""
-    path = Path(path)
     doc = {"format": "hetjax.platform/1", "meta": meta}
     doc["fields"] = {k: v.tolist() for k, v in _host(platform).items()}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    with os.fdopen(fd, "w") as fh:
-        json.dump(doc, fh, indent=1)
-    os.replace(tmp, path)
-    return path
+    return write_json(path, doc)  # atomic; non-finite metadata numbers become strings
 
 
 def load(path: str | os.PathLike) -> Platform:

@@ -82,6 +82,7 @@ FIT_SEQS = (16, 32, 64, 128, 256)
 TIE_WEIGHT = 0.01  # weight of the CONTROL-to-ELEMWISE peak tie in the fit's loss (log space)
 MIN_TIME = 1e-6  # s: ONNX Runtime's profiler reports whole microseconds; shorter times floor here
 WEIGHT_PROBE = "weight-probe"  # model name of `weight_probe()` wherever models are named
+MAX_PROBE_PAIRS = 32  # 1.07 GB of fp32 weights at the default size: under protobuf's 2 GB
 NUM_THETA = NUM_CLASSES + 3  # log peaks, log mem_bw, log launch, log weight_bw
 
 
@@ -360,6 +361,11 @@ def to_platform(
     `weight_streaming` is off). b_half = 0 (batch-1 profiles cannot identify it); power (W) as
     given (not calibrated; 0 by default). Pure and differentiable."""
     theta = jnp.asarray(theta, jnp.float32)
+    if theta.shape != (NUM_THETA,):  # shapes are static: this also holds under jit
+        raise HetjaxError(
+            f"to_platform: theta must have shape ({NUM_THETA},) = log(peak[0..5]), log(mem_bw), "
+            f"log(launch), log(weight_bw); got {theta.shape}"
+        )
     one = jnp.ones((1,), jnp.float32)
     zero = jnp.zeros((1,), jnp.float32)
     return Platform(
@@ -586,10 +592,13 @@ def fidelity(platform_or_fit, pairs: Sequence[tuple[Imported, Profile]]) -> list
 
 
 # --- the weight-streaming probe -------------------------------------------------------------------
-def last_level_cache_bytes(default: float = 32 * 2.0**20) -> float:
-    """Size of this CPU's largest cache in bytes (Linux sysfs; `default` where unknown)."""
+def last_level_cache_bytes(
+    default: float = 32 * 2.0**20, root: str | os.PathLike = "/sys/devices/system/cpu/cpu0/cache"
+) -> float:
+    """Size of this CPU's largest cache in bytes (Linux sysfs under `root`; `default` where
+    unknown)."""
     sizes = []
-    for f in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+    for f in Path(root).glob("index*/size"):
         try:
             text = f.read_text().strip().upper()
             mult = {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1:], 1)
@@ -606,9 +615,10 @@ def weight_probe(
     random weights), checker-valid, with symbolic `batch` and `sequence`.
 
     `layers` (pairs of MatMuls) defaults to enough that the weights are at least 4x this CPU's
-    last-level cache (at least 3 pairs, 100 MB): every run streams them from DRAM, as a large
-    model's do. Profiled beside the models a calibration fits on, it identifies the device's
-    weight-streaming bandwidth (cost model 1.1) even when those models' weights stay in cache.
+    last-level cache (at least 3 pairs, 100 MB; at most `MAX_PROBE_PAIRS`): every run streams
+    them from DRAM, as a large model's do. Profiled beside the models a calibration fits on,
+    it identifies the device's weight-streaming bandwidth (cost model 1.1) even when those
+    models' weights stay in cache.
     """
     from onnx import TensorProto, helper, numpy_helper
 
@@ -616,7 +626,7 @@ def weight_probe(
         raise HetjaxError(f"weight_probe: width={width}, d_ff={d_ff}, layers={layers}: need >= 1")
     pair_bytes = 2 * width * d_ff * 4
     if layers is None:
-        layers = max(3, math.ceil(4 * last_level_cache_bytes() / pair_bytes))
+        layers = min(MAX_PROBE_PAIRS, max(3, math.ceil(4 * last_level_cache_bytes() / pair_bytes)))
     rng = np.random.default_rng(seed)
     nodes, weights, x = [], [], "x"
     for layer in range(layers):
@@ -632,6 +642,7 @@ def weight_probe(
     )
     graph = helper.make_graph(nodes, WEIGHT_PROBE, [io("x")], [io(x)], weights)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8  # as export_transformer: readable by every supported ONNX Runtime
     onnx.checker.check_model(model)
     return model
 
@@ -809,6 +820,11 @@ def run_fidelity(
     and a summary of the held-out rows.
     """
     user_fit_models = [str(m) for m in fit_models]
+    if weight_streaming and WEIGHT_PROBE in map(str, test_models):
+        raise HetjaxError(
+            f"run_fidelity: {WEIGHT_PROBE!r} is part of every cost-model-1.1 fit, so it cannot "
+            "be held out (use weight_streaming=False / --v1)"
+        )
     fit_models = _with_probe(fit_models, weight_streaming)
     fit_seqs = seqs if fit_seqs is None else fit_seqs
     dims_list = [{"batch": batch, "sequence": int(s)} for s in seqs]

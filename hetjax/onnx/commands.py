@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from hetjax.errors import HetjaxError
+from hetjax.io import write_json
 
 __all__ = ["register", "calibrate_cmd", "fidelity_cmd"]
 
@@ -29,22 +27,6 @@ def _dims(seqs: list[int], batch: int, extra: list[str]) -> list[dict]:
     if batch < 1 or any(s < 1 for s in seqs):
         raise HetjaxError(f"--batch {batch} and --seq {seqs} must be >= 1")
     return [{"batch": batch, "sequence": s, **more} for s in seqs]
-
-
-def _write_json(doc: dict, path: str | os.PathLike) -> Path:
-    """Write JSON atomically (temp file in the same folder, then os.replace)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(doc, fh, indent=1)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
 
 
 def _rows_table(title: str, rows: list[dict]):
@@ -201,7 +183,7 @@ def fidelity_cmd(
             f"error| {v['held_out_max_abs_latency_error'] * 100:.1f}%, min Spearman "
             f"{v['held_out_min_spearman']:.3f}"
         )
-    _write_json(report, out)
+    write_json(out, report)  # atomic; NaN (e.g. the probe's Spearman) as a string
     console.print(f"wrote {out}")
     if platform_out is not None:
         save_platform(result, platform_out, [r["model"] for r in report["fit"]],
