@@ -3,8 +3,8 @@ weight-streaming extension 1.1 (`Platform.weight_bw > 0`, docs/model.md).
 
 Written from SPEC.md (and the extension's definition in docs/model.md), not from
 `hetjax.cost`, so that tests can check `hj.evaluate` against a second reading of the
-specification. It is slow (one Python step per op and
-predecessor slot) and meant for tests and debugging only, never for a hot path.
+specification. It is slow (one Python step per op and predecessor slot) and meant for tests
+and debugging only, never for a hot path.
 
 Degenerate cases the SPEC leaves open, resolved as `hetjax.cost` resolves them:
 

@@ -119,11 +119,7 @@ class Trainer:
             return ppo.Teacher(platforms, jnp.asarray(z["actions"]),
                                models if self.setup.mixed else None)  # fmt: skip
         teacher = teachers.make_teacher(self.setup, self.keys["teacher"])
-        import io
-
-        buf = io.BytesIO()
-        np.savez(buf, actions=np.asarray(teacher.actions))
-        atomic_write_bytes(path, buf.getvalue())
+        _write_npz(path, actions=np.asarray(teacher.actions))
         return teacher
 
     def _dagger(self, r: int, params) -> ppo.Teacher:
@@ -145,11 +141,7 @@ class Trainer:
             labels, values, valid = dagger.label_episodes(
                 self.setup.graphs, platforms, np.asarray(models), actions, c.batches, c.weights
             )
-            import io
-
-            buf = io.BytesIO()
-            np.savez(buf, actions=actions.T, labels=labels, values=values, valid=valid)
-            atomic_write_bytes(path, buf.getvalue())
+            _write_npz(path, actions=actions.T, labels=labels, values=values, valid=valid)
         z = np.load(path)
         return ppo.Teacher(platforms, jnp.asarray(z["actions"]),
                            models if self.setup.mixed else None, jnp.asarray(z["labels"]),
@@ -163,11 +155,7 @@ class Trainer:
         if path.exists():
             return platforms, models, np.load(path)["optimum"]
         optimum, _ = teachers.exact_scores(self.setup, platforms, models=models)
-        import io
-
-        buf = io.BytesIO()
-        np.savez(buf, optimum=optimum)
-        atomic_write_bytes(path, buf.getvalue())
+        _write_npz(path, optimum=optimum)
         return platforms, models, optimum
 
     def run(self, *, resume: bool = False, progress: bool = True, stop_after: int | None = None):
@@ -288,6 +276,15 @@ class Trainer:
         """The runner with the lowest validation gap so far and {"val_gap_pct", "update"}."""
         template = jax.jit(lambda k: ppo.init_runner(self.setup, k))(self.keys["train"])
         return load_checkpoint(self.out / "best.msgpack", template)
+
+
+def _write_npz(path: Path, **arrays) -> None:
+    """Write numpy arrays as an .npz file atomically (a killed run never leaves half a file)."""
+    import io
+
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    atomic_write_bytes(path, buf.getvalue())
 
 
 def _status(show: bool, what: str):

@@ -20,7 +20,7 @@ import numpy as np
 
 from hetjax.cost import DEFAULT_WEIGHTS, evaluate, reference_plan
 from hetjax.errors import GraphError, NotAChainError, PlanError, PlatformError
-from hetjax.graphs.core import LayerGraph
+from hetjax.graphs.core import EMBED, LayerGraph
 from hetjax.graphs.core import validate as validate_graph
 from hetjax.hardware.core import Platform
 from hetjax.hardware.core import validate as validate_platform
@@ -216,7 +216,7 @@ class ChainProblem:
         safe = np.where(peak > 0, peak, 1.0)
         t_comp = flops[:, None] * (b + f64(p["b_half"])[dev]) / safe
         wbw = f64(p["weight_bw"])[dev]  # weight streaming (cost model 1.1): not for EMBED ops
-        stream = (wbw[None, :] > 0) & (g["op_class"][ops] != 0)[:, None]  # [n, D]
+        stream = (wbw[None, :] > 0) & (g["op_class"][ops] != EMBED)[:, None]  # [n, D]
         t_mem = (np.where(stream, 0.0, params[:, None]) + b * act[:, None]) / f64(p["mem_bw"])[dev]
         t_w = np.where(stream, params[:, None] / np.where(wbw > 0, wbw, 1.0), 0.0)
         dur_op = f64(p["launch"])[dev] + np.maximum(t_comp, t_mem) + t_w  # [n, D]

@@ -484,6 +484,11 @@ class FitResult:
     fitted_on: tuple[str, ...]  # "<source> <dims>" of every profile used
     weight_streaming: bool = True  # cost model 1.1 (weight_bw fitted) or version 1 (0)
 
+    @property
+    def cost_model(self) -> str:
+        """The cost-model version the device was fitted for."""
+        return "1.1 (weight streaming)" if self.weight_streaming else "1"
+
     def params(self) -> dict:
         """Fitted numbers by name (FLOP/s, bytes/s, s; weight_bw 0 = version 1)."""
         v = np.exp(self.theta)
@@ -571,17 +576,21 @@ def _spearman(a: np.ndarray, b: np.ndarray) -> float:
     return float(spearmanr(a, b).statistic)
 
 
-def fidelity(platform_or_fit, pairs: Sequence[tuple[Imported, Profile]]) -> list[dict]:
-    """One row per profile: measured nodes, share of per-node predictions within +/-10% and
-    +/-25%, Spearman rank correlation of per-node times, measured latency (s, on the profile's
-    clock; also the wall-clock one), predicted latency (s) and predicted / measured - 1."""
+def fidelity(
+    platform_or_fit, pairs: Sequence[tuple[Imported, Profile]], names: Sequence[str] | None = None
+) -> list[dict]:
+    """One row per profile (`model`: its entry of `names`, default the file's stem): measured
+    nodes, share of per-node predictions within +/-10% and +/-25%, Spearman rank correlation
+    of per-node times, measured latency (s, on the profile's clock; also the wall-clock one),
+    predicted latency (s) and predicted / measured - 1."""
     preds, lats = predict(platform_or_fit, pairs)
+    names = names or [Path(prof.source).stem for _, prof in pairs]
     rows = []
-    for (imp, prof), pred, lat in zip(pairs, preds, lats, strict=True):
+    for (imp, prof), pred, lat, name in zip(pairs, preds, lats, names, strict=True):
         meas, mask = _measured_for(imp, prof)
         r = pred[mask] / meas[mask]
         rows.append(dict(
-            model=Path(prof.source).stem, source=prof.source, dims=prof.dims,
+            model=name, source=prof.source, dims=prof.dims,
             nodes=int(mask.sum()), within_10=float(np.mean(np.abs(r - 1) <= 0.10)),
             within_25=float(np.mean(np.abs(r - 1) <= 0.25)),
             spearman=_spearman(pred[mask], meas[mask]), measured_latency=prof.latency,
@@ -751,9 +760,7 @@ def calibrate(
                                        log=log)  # fmt: skip
     result = fit(pairs, steps=steps, lr=lr, e2e_weight=e2e_weight, p_busy=p_busy, p_idle=p_idle,
                  weight_streaming=weight_streaming)  # fmt: skip
-    rows = fidelity(result, pairs)
-    for row, name in zip(rows, names, strict=True):
-        row["model"] = name
+    rows = fidelity(result, pairs, names)
     if out is not None:
         fitted_on = [f"{n} {p.dims}" for n, (_, p) in zip(names, pairs, strict=True)]
         save_platform(result, out, fitted_on, threads=threads, repeats=repeats, rows=rows)
@@ -785,7 +792,7 @@ def save_platform(result: FitResult, path, fitted_on, *, threads, repeats, rows=
         calibration=dict(
             params=result.params(), fitted_on=list(fitted_on), threads=threads,
             repeats=repeats, final_loss=result.history[-1].tolist(),
-            cost_model="1.1 (weight streaming)" if result.weight_streaming else "1",
+            cost_model=result.cost_model,
             b_half="fixed at 0 (batch-1 profiles)",
             power="not measured: p_busy / p_idle as given to calibrate (default 0 W)",
             in_sample=rows or [],
@@ -843,11 +850,8 @@ def run_fidelity(
     test_pairs, test_names = pairs[n_fit:], names[n_fit:]
     result = fit(fit_pairs, steps=steps, lr=lr, e2e_weight=e2e_weight,
                  weight_streaming=weight_streaming)  # fmt: skip
-    fit_rows = fidelity(result, fit_pairs)
-    test_rows = fidelity(result, test_pairs)
-    for rows, names in ((fit_rows, fit_names), (test_rows, test_names)):
-        for row, name in zip(rows, names, strict=True):
-            row["model"] = name
+    fit_rows = fidelity(result, fit_pairs, fit_names)
+    test_rows = fidelity(result, test_pairs, test_names)
     import onnxruntime as ort
 
     v1 = None
@@ -855,9 +859,7 @@ def run_fidelity(
         v1_pairs = [pair for pair, name in zip(fit_pairs, fit_names, strict=True)
                     if name != WEIGHT_PROBE or WEIGHT_PROBE in user_fit_models]  # fmt: skip
         v1_fit = fit(v1_pairs, steps=steps, lr=lr, e2e_weight=e2e_weight, weight_streaming=False)
-        v1_rows = fidelity(v1_fit, test_pairs)
-        for row, name in zip(v1_rows, test_names, strict=True):
-            row["model"] = name
+        v1_rows = fidelity(v1_fit, test_pairs, test_names)
         v1 = dict(params=v1_fit.params(), test=v1_rows, summary=_summary(v1_rows))
     report = dict(
         machine=dict(
@@ -877,7 +879,7 @@ def run_fidelity(
             steps=steps,
             lr=lr,
             e2e_weight=e2e_weight,
-            cost_model="1.1 (weight streaming)" if weight_streaming else "1",
+            cost_model=result.cost_model,
         ),
         params=result.params(),
         final_loss=result.history[-1].tolist(),
