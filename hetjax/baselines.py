@@ -33,6 +33,7 @@ default budgets) reuses one compiled simulation per (graph, platform) shape.
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 from collections.abc import Callable
 from typing import NamedTuple
@@ -72,6 +73,7 @@ __all__ = [
     "greedy_eft",
     "random_search",
     "cem",
+    "simulations",
 ]
 
 DEFAULT_BATCHES = (1, 2, 4, 8, 16, 32)  # candidate batch sizes, samples per batch
@@ -644,6 +646,20 @@ STRATEGIES: dict[str, Strategy] = {
     "cem": cem,
 }
 """Every baseline by name; all share (key, graph, platform, batches, *, weights) -> Plan."""
+
+
+def simulations(name: str, num_batches: int, num_devices: int) -> int:
+    """Candidate plans a strategy evaluates with the cost model on one platform, at its default
+    sizes (`num_devices`: the platform's padded device count, as the strategy sees it): its
+    search budget, the number to set beside its gap (README, "budget")."""
+    default = {k: v.default for k, v in inspect.signature(get(name)).parameters.items()}
+    if name == "all_on_best_device":
+        return num_devices * num_batches
+    if name == "random_search":
+        return default["k"] * num_batches
+    if name == "cem":
+        return default["population"] * default["iterations"]
+    return num_batches  # one rule, applied at every batch
 
 
 def get(name: str) -> Strategy:

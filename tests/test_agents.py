@@ -357,23 +357,47 @@ def test_config_rejects_unknown_choices():
             ppo.make_setup(dataclasses.replace(TINY, **bad))
 
 
+def test_negative_best_of_is_refused_before_any_rollout(setup):
+    from hetjax.agents import report
+
+    with pytest.raises(hj.PlanError, match="best_of"):
+        report.policy_plan(setup, None, setup.base, best_of=-1)
+
+
 def test_train_job_writes_the_report_and_place_reads_it(tmp_path):
     from hetjax import baselines
+    from hetjax.agents import report
     from hetjax.agents.commands import load_policy, train_job
 
     cfg = dataclasses.replace(TINY, num_updates=2)
     doc = train_job(cfg, tmp_path, held_out=4, chunk=2, progress=False)
     for name in ("config.json", "report.json", "metrics.csv", "checkpoint.msgpack",
                  "best.msgpack", "imitation.msgpack", "learning_curve.png",
-                 "load_distribution.png"):  # fmt: skip
+                 "load_distribution.png", "budget.png"):  # fmt: skip
         assert (tmp_path / name).stat().st_size > 0, name
     held = doc["held_out"]
-    assert held["n"] == 4 and np.isfinite(held["policy"]["mean_gap_pct"])
-    assert held["policy"]["mean_gap_pct"] >= -1e-6  # nothing beats the exact optimum
-    sampled = held["policy_best_of_k"]
-    assert sampled["k"] == 16 and -1e-6 <= sampled["mean_gap_pct"] <= held["policy"]["mean_gap_pct"]
+    greedy, sampled = held["policy_greedy"], held["policy"]
+    assert held["n"] == 4 and np.isfinite(greedy["mean_gap_pct"])
+    assert greedy["mean_gap_pct"] >= -1e-6  # nothing beats the exact optimum
+    assert (greedy["k"], greedy["simulations"]) == (0, 1)
+    assert (sampled["k"], sampled["simulations"]) == (16, 17)
+    assert -1e-6 <= sampled["mean_gap_pct"] <= greedy["mean_gap_pct"]  # the greedy plan is in it
     assert set(held["baselines"]) == set(baselines.STRATEGIES)
-    assert doc["preset"]["gap_pct"] >= -1e-6
+    assert held["baselines"]["cem"]["simulations"] == 1536
+    assert held["baselines"]["greedy_eft"]["simulations"] == len(cfg.batches)
+    curve = held["budget"]
+    assert [r["simulations"] for r in curve["policy"]] == [k + 1 for k in report.POLICY_SAMPLES]
+    budgets = [p * i for p, i in report.SEARCH_BUDGETS]
+    assert [r["simulations"] for r in curve["cem"]] == budgets
+    assert [r["simulations"] for r in curve["random_search"]] == budgets
+    # the default budgets are the baseline rows (same key, same sizes)
+    for name in ("cem", "random_search"):
+        assert curve[name][-1]["mean_gap_pct"] == held["baselines"][name]["mean_gap_pct"]
+    assert curve["policy"][0]["mean_gap_pct"] == greedy["mean_gap_pct"]
+    assert curve["policy"][2] == sampled
+    assert all(r["mean_gap_pct"] >= -1e-6 for rows in curve.values() for r in rows)
+    preset = doc["preset"]
+    assert preset["simulations"] == 17 and -1e-6 <= preset["gap_pct"] <= preset["greedy_gap_pct"]
     assert doc["training"]["selected_update"] in (0, 2)
     config, params = load_policy(tmp_path)
     assert config == cfg and jax.tree.structure(params) is not None
@@ -385,7 +409,7 @@ def test_train_job_writes_the_report_and_place_reads_it(tmp_path):
     gap_breakdown = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gap_breakdown)
     parts = gap_breakdown.breakdown(tmp_path, 4)
-    assert parts["mean_gap_pct"] == pytest.approx(held["policy"]["mean_gap_pct"], abs=1e-6)
+    assert parts["mean_gap_pct"] == pytest.approx(greedy["mean_gap_pct"], abs=1e-6)
     assert parts["batch_mean_gap_pct"] >= -1e-6 and parts["placement_mean_gap_pct"] >= -1e-6
     assert sum(parts["chosen_batch_counts"]) == sum(parts["optimal_batch_counts"]) == 4
 
@@ -393,7 +417,8 @@ def test_train_job_writes_the_report_and_place_reads_it(tmp_path):
 def test_train_job_on_mixed_models_reports_each(tmp_path):
     from hetjax.agents.commands import train_job
 
-    doc = train_job(MIXED, tmp_path, held_out=4, chunk=2, progress=False, best_of=0)
+    doc = train_job(MIXED, tmp_path, held_out=4, chunk=2, progress=False, best_of=0, budget=False)
+    assert doc["held_out"]["policy"] == doc["held_out"]["policy_greedy"]  # best_of=0: greedy
     by_model = doc["held_out"]["by_model"]
     assert list(by_model) == ["bert-tiny", "bert-mini"]
     # the model-0 row is the report's greedy row: same platforms, same key
@@ -414,7 +439,7 @@ def test_place_on_a_mixed_model_run_keeps_the_training_padding(tmp_path, monkeyp
     from hetjax.agents.commands import load_policy, train_job
 
     cfg = dataclasses.replace(MIXED, num_updates=0, imitation_steps=2)
-    train_job(cfg, tmp_path, held_out=2, chunk=1, progress=False, best_of=0)
+    train_job(cfg, tmp_path, held_out=2, chunk=1, progress=False, best_of=0, budget=False)
     config, params = load_policy(tmp_path)
     setup = ppo.make_setup(config)  # as trained: padded for bert-tiny and bert-mini
     plan = report.policy_plan(setup, params, setup.base)
@@ -422,9 +447,21 @@ def test_place_on_a_mixed_model_run_keeps_the_training_padding(tmp_path, monkeyp
     block, real = np.asarray(g.block), np.asarray(g.op_mask)
     first = [np.flatnonzero(real & (block == j))[0] for j in range(int(g.block_mask.sum()))]
     want = "".join(map(str, np.asarray(plan.placement)[first]))
-    monkeypatch.setattr(sys, "argv", ["hetjax", "place", "--checkpoint", str(tmp_path)])
+    argv = ["hetjax", "place", "--checkpoint", str(tmp_path), "--best-of", "0"]
+    monkeypatch.setattr(sys, "argv", argv)
     with pytest.raises(SystemExit) as exc:
         cli.main()
     assert exc.value.code in (0, None)
     out = capsys.readouterr().out
     assert f"block devices: {want}" in out and f"batch {float(plan.batch):g};" in out
+    assert "greedy (1 simulation)" in out
+    # the default: the best of the greedy plan and 16 samples, seeded by --seed
+    sampled = report.policy_plan(setup, params, setup.base, jax.random.key(3), best_of=16)
+    want = "".join(map(str, np.asarray(sampled.placement)[first]))
+    monkeypatch.setattr(sys, "argv", argv[:4] + ["--seed", "3"])
+    with pytest.raises(SystemExit) as exc:
+        cli.main()
+    assert exc.value.code in (0, None)
+    out = capsys.readouterr().out
+    assert "best of greedy + 16 samples (17 simulations)" in out
+    assert f"block devices: {want}" in out and f"batch {float(sampled.batch):g};" in out

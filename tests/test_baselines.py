@@ -239,3 +239,24 @@ def test_strategies_unbatched_on_toy():
         plan = bl.STRATEGIES[name](KEY, g, p, batches, **kw)
         s = bl.candidate_scores(g, p, jnp.broadcast_to(plan.placement, (2, 2)), b)
         assert float(s[batches.index(int(plan.batch))]) == pytest.approx(best, rel=1e-6), name
+
+
+def test_simulations_counts_the_candidates_each_strategy_scores(tiny, monkeypatch):
+    p = hj.hardware.preset("edge")
+    seen = []
+    real_select_best = bl.select_best
+
+    def counting(graph, platform, block_placement, batch, weights=bl.DEFAULT_WEIGHTS):
+        seen.append(int(np.shape(block_placement)[0]))
+        return real_select_best(graph, platform, block_placement, batch, weights)
+
+    monkeypatch.setattr(bl, "select_best", counting)
+    for name in bl.STRATEGIES:
+        if name == "cem":  # scores inside its jitted rounds: population * iterations
+            continue
+        seen.clear()
+        bl.STRATEGIES[name](KEY, tiny, p, BATCHES)
+        assert seen == [bl.simulations(name, len(BATCHES), p.d_max)], name
+    assert bl.simulations("cem", 6, 2) == 192 * 8
+    with pytest.raises(hj.UnknownNameError):
+        bl.simulations("greedy", 6, 2)

@@ -14,11 +14,12 @@ __all__ = ["register", "train_job", "load_policy"]
 
 
 def train_job(config, out: Path, *, resume: bool = False, held_out: int = 256, chunk: int = 10,
-              best_of: int = 16, progress: bool = True,
+              best_of: int = 16, budget: bool = True, progress: bool = True,
               stop_after: int | None = None) -> dict | None:  # fmt: skip
     """Train, then write the report, the PNGs and report.json into `out` (returns the report;
     None when stopped early by `stop_after`). The report judges the validation-selected
-    policy (`Trainer.best`)."""
+    policy (`Trainer.best`), its plan the best of the greedy and `best_of` sampled plans;
+    `budget` adds the search-budget comparison and budget.png."""
     from hetjax.agents import report
     from hetjax.agents.trainer import Trainer
     from hetjax.io import write_json
@@ -29,9 +30,9 @@ def train_job(config, out: Path, *, resume: bool = False, held_out: int = 256, c
         return None
     setup = trainer.setup
     best, selected = trainer.best()  # model selection on the validation platforms
-    preset, plan, opt_plan = report.preset_report(setup, best.params)
+    preset, plan, opt_plan = report.preset_report(setup, best.params, best_of=best_of)
     held = report.held_out_report(
-        setup, best.params, trainer.keys["held_out"], held_out, best_of=best_of
+        setup, best.params, trainer.keys["held_out"], held_out, best_of=best_of, budget=budget
     )
     doc = {"config": dataclasses.asdict(config), "preset": preset, "held_out": held,
            "training": {"updates": int(runner.update), "wall_s": rows[-1]["wall_s"],
@@ -43,6 +44,9 @@ def train_job(config, out: Path, *, resume: bool = False, held_out: int = 256, c
     report.plot_learning_curve(rows, Path(out) / "learning_curve.png")
     report.plot_load_distribution(setup, plan, opt_plan, Path(out) / "load_distribution.png",
                                   f"{config.model} on {config.platform}")  # fmt: skip
+    if budget:
+        report.plot_budget(held, Path(out) / "budget.png",
+                           f"{config.model}, platforms around {config.platform}")  # fmt: skip
     return doc
 
 
@@ -101,7 +105,8 @@ def register(app) -> None:
         held_out: Annotated[int, typer.Option(help="held-out platforms")] = 256,
         chunk: Annotated[int, typer.Option(help="PPO updates per jitted chunk")] = 10,
         best_of: Annotated[
-            int, typer.Option(help="held-out row: best of the greedy and K sampled plans")
+            int,
+            typer.Option(help="the policy's plan: best of the greedy and K sampled (0 = greedy)"),
         ] = 16,
         seed: Annotated[int, typer.Option(help="PRNG seed")] = 0,
         out: Annotated[Path, typer.Option(help="run directory")] = Path("runs/train"),
@@ -124,27 +129,39 @@ def register(app) -> None:
         t = Table(title=f"learned policy: {model} on {platform}")
         t.add_column("metric")
         t.add_column("value", justify="right")
-        for k, v in [("batch", f"{p['batch']:g}"), ("latency", f"{p['latency_s'] * 1e3:.3f} ms"),
+        for k, v in [("plan", f"{p['decode']} ({p['simulations']} simulations)"),
+                     ("batch", f"{p['batch']:g}"), ("latency", f"{p['latency_s'] * 1e3:.3f} ms"),
                      ("throughput", f"{p['throughput']:.1f} samples/s"),
                      ("energy", f"{p['energy_j']:.4f} J"), ("score", f"{p['score']:.4f}"),
                      ("optimal score", f"{p['optimal_score']:.4f}"),
                      ("gap to optimum", f"{p['gap_pct']:.2f} %"),
+                     ("greedy plan's gap", f"{p['greedy_gap_pct']:.2f} %"),
                      ("latency reduction vs all-0", f"{p['latency_reduction_pct']:.1f} %"),
                      ("layer std reduction vs all-0",
                       f"{p['layer_time_std_reduction_pct']:.1f} %")]:  # fmt: skip
             t.add_row(k, v)
         console.print(t)
         t2 = Table(title=f"zero-shot on {h['n']} held-out platforms: gap to the exact optimum")
-        for col in ("method", "mean gap %", "median gap %", "within 1 %", "wall s"):
+        for col in ("method", "simulations", "mean gap %", "median gap %", "within 1 %",
+                    "wall s"):  # fmt: skip
             t2.add_column(col, justify="right")
-        methods = [("PPO policy (greedy)", h["policy"])]
-        if "policy_best_of_k" in h:
-            k = h["policy_best_of_k"]["k"]
-            methods.append((f"PPO policy, best of {k} samples", h["policy_best_of_k"]))
+        methods = [(f"PPO policy: {h['policy']['decode']}", h["policy"])]
+        if best_of > 0:
+            methods.append(("PPO policy: greedy", h["policy_greedy"]))
         for name, s in [*methods, *h["baselines"].items()]:
-            t2.add_row(name, f"{s['mean_gap_pct']:.2f}", f"{s['median_gap_pct']:.2f}",
-                       f"{100 * s['within_1pct']:.1f}", f"{s['wall_s']:.2f}")  # fmt: skip
+            t2.add_row(name, str(s["simulations"]), f"{s['mean_gap_pct']:.2f}",
+                       f"{s['median_gap_pct']:.2f}", f"{100 * s['within_1pct']:.1f}",
+                       f"{s['wall_s']:.2f}")  # fmt: skip
         console.print(t2)
+        curve = h["budget"]
+        t4 = Table(title="mean gap % at a search budget (simulations per platform)")
+        for col in ("method", *(str(r["simulations"]) for r in curve["cem"])):
+            t4.add_column(col, justify="right")
+        t4.add_row("cem", *(f"{r['mean_gap_pct']:.2f}" for r in curve["cem"]))
+        t4.add_row("random search", *(f"{r['mean_gap_pct']:.2f}" for r in curve["random_search"]))
+        console.print(t4)
+        console.print("PPO policy: " + ", ".join(f"{r['mean_gap_pct']:.2f} % at {r['simulations']}"
+                                                 for r in curve["policy"]))  # fmt: skip
         if "by_model" in h:
             t3 = Table(title=f"greedy policy per trained model, {h['n']} held-out platforms")
             for col in ("model", "mean gap %", "median gap %", "within 1 %"):
@@ -154,13 +171,17 @@ def register(app) -> None:
                            f"{100 * s['within_1pct']:.1f}")  # fmt: skip
             console.print(t3)
         console.print(f"wrote {out}/report.json, metrics.csv, learning_curve.png, "
-                      "load_distribution.png, checkpoint.msgpack")  # fmt: skip
+                      "load_distribution.png, budget.png, checkpoint.msgpack")  # fmt: skip
 
     @app.command("place")
     def place_cmd(
         checkpoint: Annotated[Path, typer.Option(help="training run directory")],
         model: Annotated[str | None, typer.Option(help="model (default: the trained one)")] = None,
         platform: Annotated[str | None, typer.Option(help="preset (default: trained)")] = None,
+        best_of: Annotated[
+            int, typer.Option(help="best of the greedy and K sampled plans (0 = greedy)")
+        ] = 16,
+        seed: Annotated[int, typer.Option(help="PRNG seed of the sampled plans")] = 0,
     ):
         """Apply a trained policy: print its plan and metrics."""
         import numpy as np
@@ -178,14 +199,17 @@ def register(app) -> None:
                                      models=tuple(n for n in trained if n != pick),
                                      platform=platform or config.platform)  # fmt: skip
         setup = ppo.make_setup(config)
-        plan = report.policy_plan(setup, params, setup.base)
+        plan = report.policy_plan(setup, params, setup.base, jax.random.key(seed), best_of)
         g, p = setup.graph, setup.base
         m = hj.evaluate(g, p, plan)
         ref = hj.evaluate(g, p, hj.reference_plan(g))
         n_blocks = int(np.asarray(g.block_mask).sum())
         first = teachers._first_ops(setup, 0)[:n_blocks]  # padding ops (block 0) left out
         blocks = np.asarray(plan.placement)[first]
-        console.print(f"batch {float(plan.batch):g}; block devices: {''.join(map(str, blocks))}")
+        devices = "".join(map(str, blocks))
+        sims = f"{best_of + 1} simulation{'s' * (best_of > 0)}"
+        console.print(f"{report.decode_name(best_of)} ({sims}); batch "
+                      f"{float(plan.batch):g}; block devices: {devices}")  # fmt: skip
         t = Table(title=f"policy plan: {config.model} on {config.platform}")
         t.add_column("metric")
         t.add_column("value", justify="right")

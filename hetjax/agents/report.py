@@ -14,17 +14,34 @@ from hetjax import baselines
 from hetjax.agents import ppo, teachers
 from hetjax.compare import gap_pct
 
-__all__ = ["policy_plan", "preset_report", "held_out_report", "plot_learning_curve",
-           "plot_load_distribution"]  # fmt: skip
+__all__ = ["POLICY_SAMPLES", "SEARCH_BUDGETS", "decode_name", "policy_plan", "preset_report",
+           "held_out_report", "plot_learning_curve", "plot_load_distribution",
+           "plot_budget"]  # fmt: skip
+
+# The budget comparison (report.json["held_out"]["budget"], budget.png): the policy with K
+# sampled plans beside its greedy one (K + 1 simulations per platform), against the two searches
+# at budgets from 18 to 1536 simulations: cem's (population, iterations), the default last;
+# random_search gets the same count (k = population * iterations / number of batches).
+POLICY_SAMPLES = (0, 4, 16, 64)
+SEARCH_BUDGETS = ((6, 3), (24, 4), (64, 6), (192, 8))
 
 
-def policy_plan(setup: ppo.Setup, params, platform, key=None) -> hj.Plan:
-    """The greedy policy's op-level plan on one (padded) platform."""
+def _decode(setup: ppo.Setup, best_of: int):
+    """jitted (params, key, platforms) -> (scores f32[E], actions int32[T, E]): the greedy
+    policy (best_of = 0) or the best of it and `best_of` sampled plans."""
+    if best_of < 0:
+        raise hj.PlanError(f"best_of = {best_of}: sampled plans must be >= 0")
+    if best_of > 0:
+        return jax.jit(lambda p, k, pl: ppo.best_of_k_rollout(setup, p, k, pl, best_of))
+    return jax.jit(lambda p, k, pl: ppo.greedy_rollout(setup, p, k, pl))
+
+
+def policy_plan(setup: ppo.Setup, params, platform, key=None, best_of: int = 0) -> hj.Plan:
+    """The policy's op-level plan on one (padded) platform: greedy (best_of = 0), or the best
+    (SPEC score) of the greedy plan and `best_of` plans sampled from the policy."""
     key = jax.random.key(0) if key is None else key
     platforms = jax.tree.map(lambda x: x[None], platform)
-    _, actions = jax.jit(lambda p, k, pl: ppo.greedy_rollout(setup, p, k, pl))(
-        params, key, platforms
-    )
+    _, actions = _decode(setup, best_of)(params, key, platforms)
     actions = np.asarray(actions)[:, 0]  # [T]
     batch = setup.config.batches[int(actions[0])]
     m = setup.episode_len - 1
@@ -44,17 +61,22 @@ def _summary(gaps) -> dict:
     }
 
 
-def preset_report(setup: ppo.Setup, params) -> tuple[dict, hj.Plan, hj.Plan]:
-    """Learned plan vs exact optimum on the preset itself, and reductions vs all-on-device-0."""
+def preset_report(setup: ppo.Setup, params, best_of: int = 0) -> tuple[dict, hj.Plan, hj.Plan]:
+    """Learned plan (`policy_plan` with `best_of`) vs exact optimum on the preset itself, and
+    reductions vs all-on-device-0; `greedy_gap_pct` is the greedy plan's gap either way."""
     c = setup.config
     g, p = setup.graph, setup.base
-    plan = policy_plan(setup, params, p)
+    plan = policy_plan(setup, params, p, best_of=best_of)
+    greedy = plan if best_of == 0 else policy_plan(setup, params, p)
     opt_plan, opt = hj.exact.optimal_score(g, p, batches=c.batches, weights=c.weights)
     ref = hj.evaluate(g, p, hj.reference_plan(g))
     m = hj.evaluate(g, p, plan)
     base = hj.evaluate(g, p, hj.Plan(jnp.zeros_like(plan.placement), plan.batch))
     s = float(hj.score(m, ref, c.weights))
+    s_greedy = float(hj.score(hj.evaluate(g, p, greedy), ref, c.weights))
     rep = {
+        "decode": decode_name(best_of),
+        "simulations": best_of + 1,
         "batch": float(plan.batch),
         "feasible": bool(m.feasible),
         "latency_s": float(m.latency),
@@ -63,6 +85,7 @@ def preset_report(setup: ppo.Setup, params) -> tuple[dict, hj.Plan, hj.Plan]:
         "score": s,
         "optimal_score": float(opt),
         "gap_pct": float(gap_pct(s, float(opt))),
+        "greedy_gap_pct": float(gap_pct(s_greedy, float(opt))),
         "latency_reduction_pct": 100
         * (float(base.latency) - float(m.latency))
         / float(base.latency),
@@ -73,32 +96,71 @@ def preset_report(setup: ppo.Setup, params) -> tuple[dict, hj.Plan, hj.Plan]:
     return rep, plan, opt_plan
 
 
-def held_out_report(setup: ppo.Setup, params, key, n: int, best_of: int = 0) -> dict:
-    """Zero-shot on n platforms sampled from a stream training never used: the greedy policy,
-    (best_of > 0) the best of it and `best_of` sampled plans, and every baseline strategy, all
-    on `config.model`; with several trained models also the greedy policy on each of them
-    ("by_model")."""
+def decode_name(best_of: int) -> str:
+    """How `policy_plan` with `best_of` picks the plan, in words."""
+    return f"best of greedy + {best_of} samples" if best_of > 0 else "greedy"
+
+
+def held_out_report(setup: ppo.Setup, params, key, n: int, best_of: int = 0,
+                    budget: bool = False) -> dict:  # fmt: skip
+    """Zero-shot on n platforms sampled from a stream training never used, every gap (% of
+    the exact optimum's score) with the simulations (cost-model evaluations) per platform that
+    produced it:
+    - "policy": the policy as `hetjax place` applies it, the best of its greedy plan and
+      `best_of` sampled plans (best_of + 1 simulations; best_of = 0: the greedy plan alone);
+    - "policy_greedy": the greedy (argmax) plan, one simulation;
+    - "baselines": every baseline strategy at its default budget;
+    - "budget" (budget=True): the policy at `POLICY_SAMPLES` samples and random_search and
+      cem at `SEARCH_BUDGETS`, gap against simulations;
+    - "by_model" (several trained models): the greedy policy on each of them.
+    All on `config.model`."""
     c = setup.config
     platforms = ppo.sample_platforms(setup, key, n)
     t0 = time.perf_counter()
     optimum, _ = teachers.exact_scores(setup, platforms)
     exact_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    scores, _ = jax.jit(lambda p, k, pl: ppo.greedy_rollout(setup, p, k, pl))(
-        params, jax.random.fold_in(key, 1), platforms
-    )
-    scores = np.asarray(scores)
-    policy_s = time.perf_counter() - t0
-    out = {"n": n, "exact_wall_s": exact_s,
-           "policy": {**_summary(gap_pct(scores, optimum)), "wall_s": policy_s},
-           "baselines": {}}  # fmt: skip
-    if best_of > 0:
+
+    def judge(scores, simulations, t0, **extra):
+        return {**_summary(gap_pct(np.asarray(scores), optimum)), "simulations": simulations,
+                **extra, "wall_s": time.perf_counter() - t0}  # fmt: skip
+
+    def policy(k):
         t0 = time.perf_counter()
-        scores, _ = jax.jit(lambda p, k, pl: ppo.best_of_k_rollout(setup, p, k, pl, best_of))(
-            params, jax.random.fold_in(key, 2), platforms
-        )
-        out["policy_best_of_k"] = {**_summary(gap_pct(np.asarray(scores), optimum)),
-                                   "k": best_of, "wall_s": time.perf_counter() - t0}  # fmt: skip
+        scores, _ = _decode(setup, k)(params, jax.random.fold_in(key, 2 if k else 1), platforms)
+        return judge(scores, k + 1, t0, decode=decode_name(k), k=k)
+
+    out = {"n": n, "exact_wall_s": exact_s, "policy_greedy": policy(0)}
+    out["policy"] = policy(best_of) if best_of > 0 else out["policy_greedy"]
+    g = setup.graph
+    refs = jax.vmap(lambda p: hj.evaluate(g, p, hj.reference_plan(g)))(platforms)
+
+    def strategy_scores(strategy, **sizes):
+        run = jax.vmap(lambda p: strategy(key, g, p, c.batches, weights=c.weights, **sizes))
+        plans = jax.jit(run)(platforms)
+        metrics = jax.vmap(hj.evaluate, in_axes=(None, 0, 0))(g, platforms, plans)
+        return jax.vmap(hj.score, in_axes=(0, 0, None))(metrics, refs, c.weights)
+
+    out["baselines"] = {}
+    n_batches, n_devices = len(c.batches), setup.base.d_max
+    for name, strategy in baselines.STRATEGIES.items():
+        t0 = time.perf_counter()
+        sims = baselines.simulations(name, n_batches, n_devices)
+        out["baselines"][name] = judge(strategy_scores(strategy), sims, t0)
+    if budget:
+        curve = {"policy": [], "random_search": [], "cem": []}
+        for k in POLICY_SAMPLES:
+            curve["policy"].append(out["policy"] if k == best_of else policy(k))
+        for population, iterations in SEARCH_BUDGETS:
+            population = max(population, n_batches)  # cem's smallest population
+            t0 = time.perf_counter()
+            s = strategy_scores(baselines.cem, population=population, iterations=iterations)
+            curve["cem"].append(judge(s, population * iterations, t0,
+                                      population=population, iterations=iterations))  # fmt: skip
+            k = max(1, round(population * iterations / n_batches))
+            t0 = time.perf_counter()
+            s = strategy_scores(baselines.random_search, k=k)
+            curve["random_search"].append(judge(s, k * n_batches, t0, k=k))
+        out["budget"] = curve
     if setup.mixed:  # the greedy policy on the same platforms with each trained model
         greedy = jax.jit(lambda p, k, pl, ms: ppo.greedy_rollout(setup, p, k, pl, ms)[0])
         out["by_model"] = {}
@@ -110,17 +172,40 @@ def held_out_report(setup: ppo.Setup, params, key, n: int, best_of: int = 0) -> 
                 opt_m, _ = teachers.exact_scores(setup, platforms, models=models)
             s = np.asarray(greedy(params, jax.random.fold_in(key, 1), platforms, models))
             out["by_model"][name] = _summary(gap_pct(s, opt_m))
-    g = setup.graph
-    refs = jax.vmap(lambda p: hj.evaluate(g, p, hj.reference_plan(g)))(platforms)
-    for name, strategy in baselines.STRATEGIES.items():
-        t0 = time.perf_counter()
-        run = jax.vmap(lambda p, s=strategy: s(key, g, p, c.batches, weights=c.weights))
-        plans = jax.jit(run)(platforms)
-        metrics = jax.vmap(hj.evaluate, in_axes=(None, 0, 0))(g, platforms, plans)
-        s = np.asarray(jax.vmap(hj.score, in_axes=(0, 0, None))(metrics, refs, c.weights))
-        out["baselines"][name] = {**_summary(gap_pct(s, optimum)),
-                                  "wall_s": time.perf_counter() - t0}  # fmt: skip
     return out
+
+
+def plot_budget(held: dict, path, title: str = ""):
+    """PNG: held-out mean gap to the exact optimum against simulations per platform (log
+    scale): the policy with more samples, the two searches with more budget, and every other
+    baseline at its own budget."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from hetjax.io import save_figure
+
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    labels = {"policy": "PPO policy (greedy + K samples)", "random_search": "random search",
+              "cem": "cross-entropy method"}  # fmt: skip
+    for i, (name, rows) in enumerate(held["budget"].items()):
+        ax.plot([r["simulations"] for r in rows], [r["mean_gap_pct"] for r in rows],
+                marker="o", color=f"C{i}", label=labels.get(name, name))  # fmt: skip
+    rules = {n: b for n, b in held["baselines"].items() if n not in held["budget"]}
+    best = min(rules, key=lambda n: rules[n]["mean_gap_pct"])
+    ax.scatter([rules[best]["simulations"]], [rules[best]["mean_gap_pct"]], marker="s",
+               color="grey", label=f"best rule ({best})", zorder=3)  # fmt: skip
+    ax.set_xscale("log")
+    ax.set_yscale("symlog", linthresh=0.01)  # log above 0.01 %, linear down to a gap of 0
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("simulations per platform (cost-model evaluations)")
+    ax.set_ylabel(f"mean gap to exact optimum (%), {held['n']} platforms")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    ax.set_title(title or "search budget")
+    save_figure(fig, path)
+    plt.close(fig)
 
 
 def plot_learning_curve(rows, path):
