@@ -413,6 +413,24 @@ def test_train_job_writes_the_report_and_place_reads_it(tmp_path):
     assert parts["batch_mean_gap_pct"] >= -1e-6 and parts["placement_mean_gap_pct"] >= -1e-6
     assert sum(parts["chosen_batch_counts"]) == sum(parts["optimal_batch_counts"]) == 4
 
+    # scripts/clone_more.py: more cloning on the policy's own tie choices
+    spec = importlib.util.spec_from_file_location(
+        "clone_more", Path(__file__).resolve().parents[1] / "scripts" / "clone_more.py"
+    )
+    clone_more = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(clone_more)
+    more = clone_more.run(tmp_path, "self-ties", rounds=1, steps=2, samples=2, n_held=4)
+    first, last = more["rows"]
+    assert first["round"] == 0 and last["round"] == 1
+    assert 0.0 <= last["relabelled"] <= last["tied"] <= 1.0
+    assert all(r[k] >= -1e-6 for r in (first, last) for k in ("validation", "held_out", "teacher"))
+    # it starts from the run's clone: the trainer's validation gap after cloning
+    import csv
+
+    with open(tmp_path / "metrics.csv") as f:
+        cloned = next(r for r in csv.DictReader(f) if r["phase"] == "imitation")
+    assert first["validation"] == pytest.approx(float(cloned["val_gap_pct"]), abs=1e-6)
+
 
 def test_train_job_on_mixed_models_reports_each(tmp_path):
     from hetjax.agents.commands import train_job
