@@ -74,15 +74,19 @@ def main(argv=None) -> None:
         if config.imitation_steps and not shared.exists():
             shutil.copyfile(run_dir / "teacher.npz", shared)
         rows = _read_rows(run_dir / "metrics.csv")
+        held = doc["held_out"]
+        greedy = held.get("policy_greedy", held["policy"])
+        sampled = held["policy"] if "policy_greedy" in held else held["policy_best_of_k"]
         results[name] = {
             "change": VARIANTS[name],
             "val_gap_curve": [(r["update"], r["val_gap_pct"]) for r in rows],
             # the greedy policy: what the variants change is the network, not the decoding
-            "held_out_mean_gap_pct": doc["held_out"]["policy_greedy"]["mean_gap_pct"],
-            "held_out_median_gap_pct": doc["held_out"]["policy_greedy"]["median_gap_pct"],
-            "held_out_within_1pct": doc["held_out"]["policy_greedy"]["within_1pct"],
-            "held_out_best_of_k_mean_gap_pct": doc["held_out"]["policy"]["mean_gap_pct"],
-            "preset_gap_pct": doc["preset"]["greedy_gap_pct"],
+            # (reports written before 2026-11-25 have no policy_greedy: their policy is greedy)
+            "held_out_mean_gap_pct": greedy["mean_gap_pct"],
+            "held_out_median_gap_pct": greedy["median_gap_pct"],
+            "held_out_within_1pct": greedy["within_1pct"],
+            "held_out_best_of_k_mean_gap_pct": sampled["mean_gap_pct"],
+            "preset_gap_pct": doc["preset"].get("greedy_gap_pct", doc["preset"]["gap_pct"]),
             "wall_s": doc["training"]["wall_s"],
         }
     # variants measured by an earlier call (another --variants) stay in the summary

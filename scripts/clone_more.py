@@ -45,6 +45,8 @@ def _plan_scores(setup: ppo.Setup, platforms, actions) -> np.ndarray:
 
 
 def run(path: Path, labels: str, rounds: int, steps: int, samples: int, n_held: int) -> dict:
+    if labels not in ("teacher", "self-ties"):
+        raise ValueError(f"labels={labels!r}: must be 'teacher' or 'self-ties'")
     config_path = path / "config.json"
     if not (config_path.exists() and (path / "imitation.msgpack").exists()):
         raise CheckpointError(f"{path}: needs config.json and imitation.msgpack (a training run)")

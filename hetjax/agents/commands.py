@@ -22,8 +22,11 @@ def train_job(config, out: Path, *, resume: bool = False, held_out: int = 256, c
     `budget` adds the search-budget comparison and budget.png."""
     from hetjax.agents import report
     from hetjax.agents.trainer import Trainer
+    from hetjax.errors import PlanError
     from hetjax.io import write_json
 
+    if best_of < 0:  # refused before training, not after
+        raise PlanError(f"best_of = {best_of}: sampled plans must be >= 0")
     trainer = Trainer(config, out, chunk=chunk)
     runner, rows = trainer.run(resume=resume, progress=progress, stop_after=stop_after)
     if stop_after is not None and int(runner.update) < config.num_updates:

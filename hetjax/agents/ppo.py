@@ -330,7 +330,7 @@ def greedy_rollout(setup: Setup, net_params, key, platforms, models=None):
 def best_of_k_rollout(setup: Setup, net_params, key, platforms, k: int, models=None):
     """Scores f32[E] and actions int32[T, E] of the best of the greedy episode and `k` episodes
     sampled from the policy (epsilon 0) on each platform: the policy as a search heuristic,
-    k + 1 simulations per platform. Samples run one after another (`lax.map`) to bound
+    k + 1 simulations per platform. Samples run one after another (`lax.scan`) to bound
     memory."""
     params = _env_params(setup, platforms, models)
 

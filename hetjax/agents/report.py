@@ -178,7 +178,7 @@ def held_out_report(setup: ppo.Setup, params, key, n: int, best_of: int = 0,
 def plot_budget(held: dict, path, title: str = ""):
     """PNG: held-out mean gap to the exact optimum against simulations per platform (log
     scale): the policy with more samples, the two searches with more budget, and the best
-    rule-based baseline at its own budget (one simulation per batch)."""
+    rule-based baseline at its own budget."""
     import matplotlib
 
     matplotlib.use("Agg")
