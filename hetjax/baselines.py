@@ -74,6 +74,7 @@ __all__ = [
     "random_search",
     "cem",
     "simulations",
+    "default_sizes",
 ]
 
 DEFAULT_BATCHES = (1, 2, 4, 8, 16, 32)  # candidate batch sizes, samples per batch
@@ -652,7 +653,7 @@ def simulations(name: str, num_batches: int, num_devices: int) -> int:
     """Candidate plans a strategy evaluates with the cost model on one platform, at its default
     sizes (`num_devices`: the platform's padded device count, as the strategy sees it): its
     search budget, the number to set beside its gap (README, "budget")."""
-    default = {k: v.default for k, v in inspect.signature(get(name)).parameters.items()}
+    default = default_sizes(name)
     if name == "all_on_best_device":
         return num_devices * num_batches
     if name == "random_search":
@@ -660,6 +661,14 @@ def simulations(name: str, num_batches: int, num_devices: int) -> int:
     if name == "cem":
         return default["population"] * default["iterations"]
     return num_batches  # one rule, applied at every batch
+
+
+def default_sizes(name: str) -> dict:
+    """The static size arguments of strategy `name` and their defaults, e.g. cem's
+    {"population": 192, "iterations": 8, ...}; {} for the rules."""
+    params = inspect.signature(get(name)).parameters.values()
+    return {p.name: p.default for p in params
+            if p.kind is p.KEYWORD_ONLY and p.name != "weights"}  # fmt: skip
 
 
 def get(name: str) -> Strategy:

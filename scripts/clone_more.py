@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import hetjax as hj
-from hetjax.agents import dagger, ppo, teachers
+from hetjax.agents import dagger, ppo, report, teachers
 from hetjax.agents.trainer import Trainer, hj_gap, key_streams, load_checkpoint
 from hetjax.errors import CheckpointError
 from hetjax.io import write_json
@@ -33,13 +33,11 @@ from hetjax.io import write_json
 
 def _plan_scores(setup: ppo.Setup, platforms, actions) -> np.ndarray:
     """SPEC score f32[K] of episodes `actions` int32[K, T] (batch index, then block devices)."""
-    g, c, m = setup.graph, setup.config, setup.episode_len - 1
+    g, w = setup.graph, setup.config.weights
 
     def one(p, acts):
-        blocks = jnp.zeros(g.m_max, jnp.int32).at[:m].set(acts[1:])
-        plan = hj.Plan.from_blocks(g, blocks, jnp.asarray(c.batches, jnp.float32)[acts[0]])
         ref = hj.evaluate(g, p, hj.reference_plan(g))
-        return hj.score(hj.evaluate(g, p, plan), ref, c.weights)
+        return hj.score(hj.evaluate(g, p, report.episode_plan(setup, acts)), ref, w)
 
     return np.asarray(jax.jit(jax.vmap(one))(platforms, actions))
 

@@ -14,7 +14,8 @@ from hetjax import baselines
 from hetjax.agents import ppo, teachers
 from hetjax.compare import gap_pct
 
-__all__ = ["POLICY_SAMPLES", "SEARCH_BUDGETS", "decode_name", "policy_plan", "preset_report",
+__all__ = ["POLICY_SAMPLES", "SEARCH_BUDGETS", "decode_name", "episode_plan", "policy_plan",
+           "preset_report",
            "held_out_report", "plot_learning_curve", "plot_load_distribution",
            "plot_budget"]  # fmt: skip
 
@@ -36,18 +37,22 @@ def _decode(setup: ppo.Setup, best_of: int):
     return jax.jit(lambda p, k, pl: ppo.greedy_rollout(setup, p, k, pl))
 
 
+def episode_plan(setup: ppo.Setup, actions) -> hj.Plan:
+    """The op-level plan of one episode's actions int32[T] (batch index, then the device of each
+    block), on `config.model`. Jittable and vmappable."""
+    g, m = setup.graph, setup.episode_len - 1
+    blocks = jnp.zeros(g.m_max, jnp.int32).at[:m].set(jnp.asarray(actions)[1:])
+    batch = jnp.asarray(setup.config.batches, jnp.float32)[actions[0]]
+    return hj.Plan.from_blocks(g, blocks, batch)
+
+
 def policy_plan(setup: ppo.Setup, params, platform, key=None, best_of: int = 0) -> hj.Plan:
     """The policy's op-level plan on one (padded) platform: greedy (best_of = 0), or the best
     (SPEC score) of the greedy plan and `best_of` plans sampled from the policy."""
     key = jax.random.key(0) if key is None else key
     platforms = jax.tree.map(lambda x: x[None], platform)
     _, actions = _decode(setup, best_of)(params, key, platforms)
-    actions = np.asarray(actions)[:, 0]  # [T]
-    batch = setup.config.batches[int(actions[0])]
-    m = setup.episode_len - 1
-    blocks = np.zeros(setup.graph.m_max, np.int32)
-    blocks[:m] = actions[1:]
-    return hj.Plan.from_blocks(setup.graph, jnp.asarray(blocks), batch)
+    return episode_plan(setup, np.asarray(actions)[:, 0])
 
 
 def _summary(gaps) -> dict:
@@ -150,16 +155,22 @@ def held_out_report(setup: ppo.Setup, params, key, n: int, best_of: int = 0,
         curve = {"policy": [], "random_search": [], "cem": []}
         done = {0: out["policy_greedy"], best_of: out["policy"]}
         curve["policy"] = [done[k] if k in done else policy(k) for k in POLICY_SAMPLES]
+
+        def search_point(name, simulations, **sizes):
+            default = baselines.default_sizes(name)
+            if {**default, **sizes} == default:  # the baseline row: same key, same sizes
+                return {**out["baselines"][name], **sizes}
+            t0 = time.perf_counter()
+            s = strategy_scores(baselines.get(name), **sizes)
+            return judge(s, simulations, t0, **sizes)
+
         for population, iterations in SEARCH_BUDGETS:
             population = max(population, n_batches)  # cem's smallest population
-            t0 = time.perf_counter()
-            s = strategy_scores(baselines.cem, population=population, iterations=iterations)
-            curve["cem"].append(judge(s, population * iterations, t0,
-                                      population=population, iterations=iterations))  # fmt: skip
+            sims = population * iterations
+            point = search_point("cem", sims, population=population, iterations=iterations)
+            curve["cem"].append(point)
             k = max(1, round(population * iterations / n_batches))
-            t0 = time.perf_counter()
-            s = strategy_scores(baselines.random_search, k=k)
-            curve["random_search"].append(judge(s, k * n_batches, t0, k=k))
+            curve["random_search"].append(search_point("random_search", k * n_batches, k=k))
         out["budget"] = curve
     if setup.mixed:  # the greedy policy on the same platforms with each trained model
         greedy = jax.jit(lambda p, k, pl, ms: ppo.greedy_rollout(setup, p, k, pl, ms)[0])
