@@ -27,7 +27,7 @@ from rich.console import Console
 from rich.table import Table
 
 from hetjax.agents import ppo
-from hetjax.agents.commands import train_job
+from hetjax.agents.jobs import train_job
 from hetjax.agents.ppo import PPOConfig
 from hetjax.agents.trainer import load_checkpoint, save_checkpoint
 from hetjax.io import save_figure, write_json

@@ -367,7 +367,7 @@ def test_negative_best_of_is_refused_before_any_rollout(setup):
 def test_train_job_writes_the_report_and_place_reads_it(tmp_path):
     from hetjax import baselines
     from hetjax.agents import report
-    from hetjax.agents.commands import load_policy, train_job
+    from hetjax.agents.jobs import load_policy, train_job
 
     cfg = dataclasses.replace(TINY, num_updates=2)
     doc = train_job(cfg, tmp_path, held_out=4, chunk=2, progress=False)
@@ -437,7 +437,7 @@ def test_train_job_writes_the_report_and_place_reads_it(tmp_path):
 
 
 def test_train_job_on_mixed_models_reports_each(tmp_path):
-    from hetjax.agents.commands import train_job
+    from hetjax.agents.jobs import train_job
 
     doc = train_job(MIXED, tmp_path, held_out=4, chunk=2, progress=False, best_of=0, budget=False)
     assert doc["held_out"]["policy"] == doc["held_out"]["policy_greedy"]  # best_of=0: greedy
@@ -458,7 +458,7 @@ def test_place_on_a_mixed_model_run_keeps_the_training_padding(tmp_path, monkeyp
 
     from hetjax import cli
     from hetjax.agents import report
-    from hetjax.agents.commands import load_policy, train_job
+    from hetjax.agents.jobs import load_policy, train_job
 
     cfg = dataclasses.replace(MIXED, num_updates=0, imitation_steps=2)
     train_job(cfg, tmp_path, held_out=2, chunk=1, progress=False, best_of=0, budget=False)

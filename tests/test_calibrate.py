@@ -14,14 +14,13 @@ import os
 import jax
 import numpy as np
 import pytest
-import typer
 from typer.testing import CliRunner
 
 import hetjax as hj
 import hetjax.onnx as hjo
+from hetjax.cli import app
 from hetjax.errors import HetjaxError, OnnxImportError
 from hetjax.onnx import calibrate as cal
-from hetjax.onnx.commands import register
 
 pytest.importorskip("onnxruntime")
 
@@ -203,8 +202,6 @@ def test_fidelity_rows(tiny, fitted):
 
 
 def _app():
-    app = typer.Typer()
-    register(app)
     return app
 
 

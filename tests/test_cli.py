@@ -20,11 +20,12 @@ def run(*args):
 
 
 def run_inprocess(monkeypatch, capsys, *args):
-    """cli.main() in this process: (exit code, printed text)."""
+    """cli.main() in this process: (exit code, stdout + stderr)."""
     monkeypatch.setattr(sys, "argv", ["hetjax", *args])
     with pytest.raises(SystemExit) as exc:
         cli.main()
-    return exc.value.code, capsys.readouterr().out
+    out = capsys.readouterr()
+    return exc.value.code, out.out + out.err
 
 
 def test_evaluate_json_matches_python_api():

@@ -19,44 +19,14 @@ Host-side numpy/float64, like `hj.exact`.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import jax
 import numpy as np
 
-from hetjax.exact._chain import ChainProblem, Tables
-from hetjax.exact._search import Incumbent, bounds, root_bound
-from hetjax.exact._solvers import search_score, seed_incumbent
+from hetjax.exact import ChainProblem, batch_bound, best_completion
 
 __all__ = ["best_completion", "expert_labels", "label_episodes", "TIE_RTOL"]
 
 TIE_RTOL = 1e-6  # relative score difference under which two plans count as tied
-
-
-def _fixed(tab: Tables, prefix: np.ndarray) -> Tables:
-    """The same tables with blocks 0..len(prefix)-1 allowed only on their prefix device."""
-    legal = tab.legal.copy()
-    j = len(prefix)
-    if j:
-        only = np.zeros_like(legal[:j])
-        only[np.arange(j), prefix] = True
-        legal[:j] &= only
-    return replace(
-        tab,
-        legal=legal,
-        dur=np.where(legal, tab.dur, np.inf),
-        e_dur=np.where(legal, tab.e_dur, np.inf),
-    )
-
-
-def best_completion(problem: ChainProblem, tab: Tables, prefix) -> tuple[np.ndarray | None, float]:
-    """The exact score optimum at `tab.batch` among block placements (local device indices)
-    that start with `prefix` int[j]: (placement int[M] or None if none is feasible, score)."""
-    t = _fixed(tab, np.asarray(prefix, np.int64))
-    inc = Incumbent()
-    seed_incumbent(problem, t, inc)
-    search_score(problem, t, inc)
-    return inc.bp, inc.score
 
 
 def _tied(a: float, b: float, rtol: float) -> bool:
@@ -82,7 +52,7 @@ def expert_labels(graph, platform, actions, batches, weights, *, rtol: float = T
     batches = [float(b) for b in batches]
     tabs = {}
 
-    def tab_at(k: int) -> Tables:
+    def tab_at(k: int):
         if k not in tabs:
             tabs[k] = problem.tables(batches[k])
         return tabs[k]
@@ -93,7 +63,7 @@ def expert_labels(graph, platform, actions, batches, weights, *, rtol: float = T
     best = {k_pol: best_completion(problem, tab_at(k_pol), [])}
     for k in range(len(batches)):
         top = max(s for _, s in best.values())
-        if k not in best and root_bound(problem, tab_at(k), bounds(tab_at(k))) >= top:
+        if k not in best and batch_bound(problem, tab_at(k)) >= top:
             best[k] = best_completion(problem, tab_at(k), [])
     k_best = max(best, key=lambda k: best[k][1])
     labels[0] = k_pol if _tied(best[k_pol][1], best[k_best][1], rtol) else k_best

@@ -33,7 +33,7 @@ from hetjax.exact._search import (
 from hetjax.graphs.core import LayerGraph
 from hetjax.hardware.core import Platform
 
-__all__ = ["optimal_latency", "optimal_score", "pareto_front"]
+__all__ = ["optimal_latency", "optimal_score", "pareto_front", "best_completion", "batch_bound"]
 
 
 def _seeds(problem: ChainProblem, tab: Tables) -> np.ndarray:
@@ -62,6 +62,35 @@ def search_score(problem: ChainProblem, tab: Tables, inc: Incumbent) -> SearchRe
         i = int(np.argmax(s))
         inc.offer(s[i], res.placements([i])[0], tab.batch)
     return res
+
+
+def best_completion(problem: ChainProblem, tab: Tables, prefix) -> tuple[np.ndarray | None, float]:
+    """The exact score optimum at `tab.batch` among block placements (local device indices
+    into `problem.devices`) that start with `prefix` int[j] (blocks 0..j-1 fixed):
+    (placement int[M] or None if none is feasible, score, unitless)."""
+    prefix = np.asarray(prefix, np.int64)
+    legal = tab.legal.copy()
+    j = len(prefix)
+    if j:
+        only = np.zeros_like(legal[:j])
+        only[np.arange(j), prefix] = True
+        legal[:j] &= only
+    t = dataclasses.replace(
+        tab,
+        legal=legal,
+        dur=np.where(legal, tab.dur, np.inf),
+        e_dur=np.where(legal, tab.e_dur, np.inf),
+    )
+    inc = Incumbent()
+    seed_incumbent(problem, t, inc)
+    search_score(problem, t, inc)
+    return inc.bp, inc.score
+
+
+def batch_bound(problem: ChainProblem, tab: Tables) -> float:
+    """An upper bound (unitless) on the score of every plan at `tab.batch`: a batch whose bound
+    is below a known score cannot hold the optimum."""
+    return root_bound(problem, tab, bounds(tab))
 
 
 def _plan(problem: ChainProblem, bp_local, batch: float) -> Plan:

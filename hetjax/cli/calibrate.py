@@ -1,4 +1,4 @@
-"""CLI jobs `hetjax calibrate` and `hetjax fidelity` (registered by `hetjax.cli`)."""
+"""`hetjax calibrate` and `hetjax fidelity`: fit a CPU device with ONNX Runtime profiles."""
 
 from __future__ import annotations
 
@@ -7,13 +7,14 @@ from typing import Annotated
 
 import typer
 
+from hetjax.cli.app import app
 from hetjax.errors import HetjaxError
 from hetjax.io import write_json
 
-__all__ = ["register", "calibrate_cmd", "fidelity_cmd"]
+__all__ = ["calibrate_cmd", "fidelity_cmd", "parse_dims"]
 
 
-def _dims(seqs: list[int], batch: int, extra: list[str]) -> list[dict]:
+def parse_dims(seqs: list[int], batch: int, extra: list[str]) -> list[dict]:
     """One dims dict per sequence length, with `--dim name=value` entries added to each."""
     more = {}
     for item in extra:
@@ -79,6 +80,7 @@ Streaming = Annotated[
 ]
 
 
+@app.command("calibrate")
 def calibrate_cmd(
     models: Models,
     out: Annotated[Path, typer.Option(help="platform JSON to write")] = Path("platform.json"),
@@ -104,7 +106,7 @@ def calibrate_cmd(
     from hetjax.onnx.calibrate import FIT_SEQS, calibrate
 
     console = Console()
-    dims = _dims(seq or list(FIT_SEQS), batch, dim or [])
+    dims = parse_dims(seq or list(FIT_SEQS), batch, dim or [])
     result, rows = calibrate(
         models, dims, repeats=repeats, warmup=warmup, threads=threads, steps=steps, lr=lr,
         e2e_weight=e2e_weight, p_busy=p_busy, p_idle=p_idle, weight_streaming=weight_streaming,
@@ -115,6 +117,7 @@ def calibrate_cmd(
     console.print(f"wrote {out}")
 
 
+@app.command("fidelity")
 def fidelity_cmd(
     fit: Annotated[
         list[str] | None, typer.Option("--fit", help="models to fit on [bert-mini bert-small]")
@@ -154,7 +157,7 @@ def fidelity_cmd(
         raise HetjaxError(f"--fit and --test share {sorted(overlap)}: held-out means unseen")
     seqs = seq or [64, 128]
     fit_seqs = fit_seq or list(FIT_SEQS)
-    _dims(seqs + fit_seqs, batch, [])
+    parse_dims(seqs + fit_seqs, batch, [])
     result, report = run_fidelity(
         fit, test, seqs, fit_seqs=fit_seqs, batch=batch, repeats=repeats, warmup=warmup,
         threads=threads, steps=steps, lr=lr, e2e_weight=e2e_weight,
@@ -189,9 +192,3 @@ def fidelity_cmd(
         save_platform(result, platform_out, [r["model"] for r in report["fit"]],
                       threads=threads, repeats=repeats, rows=report["fit"])  # fmt: skip
         console.print(f"wrote {platform_out}")
-
-
-def register(app: typer.Typer) -> None:
-    """Attach `calibrate` and `fidelity` to the `hetjax` CLI."""
-    app.command("calibrate")(calibrate_cmd)
-    app.command("fidelity")(fidelity_cmd)

@@ -1,0 +1,71 @@
+"""The training job (`train_job`, behind `hetjax train`) and loading a trained policy
+(`load_policy`, behind `hetjax place`); the commands live in hetjax/cli/train.py."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import jax
+
+__all__ = ["train_job", "load_policy"]
+
+
+def train_job(config, out: Path, *, resume: bool = False, held_out: int = 256, chunk: int = 10,
+              best_of: int = 16, budget: bool = True, progress: bool = True,
+              stop_after: int | None = None) -> dict | None:  # fmt: skip
+    """Train, then write the report, the PNGs and report.json into `out` (returns the report;
+    None when stopped early by `stop_after`). The report judges the validation-selected
+    policy (`Trainer.best`), its plan the best of the greedy and `best_of` sampled plans;
+    `budget` adds the search-budget comparison and budget.png."""
+    from hetjax.agents import report
+    from hetjax.agents.trainer import Trainer
+    from hetjax.errors import PlanError
+    from hetjax.io import write_json
+
+    if best_of < 0:  # refused before training, not after
+        raise PlanError(f"best_of = {best_of}: sampled plans must be >= 0")
+    trainer = Trainer(config, out, chunk=chunk)
+    runner, rows = trainer.run(resume=resume, progress=progress, stop_after=stop_after)
+    if stop_after is not None and int(runner.update) < config.num_updates:
+        return None
+    setup = trainer.setup
+    best, selected = trainer.best()  # model selection on the validation platforms
+    preset, plan, opt_plan = report.preset_report(setup, best.params, best_of=best_of)
+    held = report.held_out_report(
+        setup, best.params, trainer.keys["held_out"], held_out, best_of=best_of, budget=budget
+    )
+    doc = {"config": dataclasses.asdict(config), "preset": preset, "held_out": held,
+           "training": {"updates": int(runner.update), "wall_s": rows[-1]["wall_s"],
+                        "selected_update": selected["update"],
+                        "selected_val_gap_pct": selected["val_gap_pct"],
+                        "final_val_gap_pct": rows[-1]["val_gap_pct"],
+                        "validation_platforms": trainer.n_validation}}  # fmt: skip
+    write_json(Path(out) / "report.json", doc)
+    report.plot_learning_curve(rows, Path(out) / "learning_curve.png")
+    report.plot_load_distribution(setup, plan, opt_plan, Path(out) / "load_distribution.png",
+                                  f"{config.model} on {config.platform}")  # fmt: skip
+    if budget:
+        report.plot_budget(held, Path(out) / "budget.png",
+                           f"{config.model}, platforms around {config.platform}")  # fmt: skip
+    return doc
+
+
+def load_policy(checkpoint_dir: Path):
+    """(config, network params) of a finished or interrupted training run."""
+    from hetjax.agents import ppo
+    from hetjax.agents.trainer import load_checkpoint
+    from hetjax.errors import CheckpointError
+
+    d = Path(checkpoint_dir)
+    try:
+        cfg = json.loads((d / "config.json").read_text())["ppo"]
+    except FileNotFoundError:
+        raise CheckpointError(f"{d}: no config.json (not a training run directory)") from None
+    config = ppo.PPOConfig.from_dict(cfg)
+    setup = ppo.make_setup(config)
+    template = jax.jit(lambda k: ppo.init_runner(setup, k))(jax.random.key(0))
+    best = d / "best.msgpack"  # the validation-selected policy, else the latest
+    runner, _ = load_checkpoint(best if best.exists() else d / "checkpoint.msgpack", template)
+    return config, runner.params

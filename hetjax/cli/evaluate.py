@@ -1,0 +1,49 @@
+"""`hetjax evaluate`: simulate one named placement of a model on a platform."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from hetjax.cli.app import app, console
+from hetjax.cli.common import load_platform, metrics_dict, metrics_rows, named_placement
+
+__all__ = ["evaluate"]
+
+
+@app.command()
+def evaluate(
+    model: Annotated[str, typer.Option(help="built-in model name")] = "bert-base",
+    platform: Annotated[str, typer.Option(help="preset name or a platform JSON file")] = "edge",
+    placement: Annotated[str, typer.Option(help="all-<d> | alternate | by-class")] = "by-class",
+    batch: Annotated[float, typer.Option(help="samples per batch")] = 8.0,
+    seq_len: Annotated[int, typer.Option(help="tokens per sample")] = 128,
+    granularity: Annotated[str, typer.Option(help="block | op")] = "block",
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
+):
+    """Simulate one placement of a model on a platform and print its metrics."""
+    import hetjax as hj
+
+    graph = hj.graphs.transformer(model, seq_len=seq_len, granularity=granularity)
+    plat, names = load_platform(platform)
+    if batch < 1:
+        raise hj.PlanError(f"--batch {batch}: must be >= 1")
+    plan = hj.Plan.create(named_placement(placement, graph, plat), batch)
+    m = hj.evaluate(graph, plat, plan)
+    ref = hj.evaluate(graph, plat, hj.reference_plan(graph))
+    s = float(hj.score(m, ref))
+    if as_json:
+        doc = {"model": model, "platform": platform, "placement": placement, "batch": batch}
+        doc.update(metrics=metrics_dict(m), score=s)
+        print(json.dumps(doc, indent=1))
+        return
+    table = Table(title=f"{model} on {platform}: placement {placement}, batch {batch:g}")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for k, v in metrics_rows(m, names):
+        table.add_row(k, v)
+    table.add_row("score (vs all-0 at b=1)", f"{s:.4f}")
+    console.print(table)

@@ -1,0 +1,161 @@
+"""`hetjax train` (the training job) and `hetjax place` (apply a trained policy)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Annotated
+
+import jax
+import typer
+from rich.table import Table
+
+from hetjax.agents.jobs import load_policy, train_job
+from hetjax.cli.app import app, console
+
+__all__ = ["train_cmd", "place_cmd"]
+
+
+@app.command("train")
+def train_cmd(
+    model: Annotated[str, typer.Option(help="built-in model")] = "bert-base",
+    models: Annotated[
+        str | None,
+        typer.Option(help="more models to train on, comma-separated (e.g. gpt2,bert-large)"),
+    ] = None,
+    platform: Annotated[str, typer.Option(help="preset to sample platforms around")] = "edge",
+    num_envs: Annotated[int | None, typer.Option(help="parallel environments")] = None,
+    num_updates: Annotated[int | None, typer.Option(help="PPO updates")] = None,
+    imitation_steps: Annotated[int | None, typer.Option(help="cloning steps (0 = off)")] = None,
+    imitation_platforms: Annotated[
+        int | None, typer.Option(help="platforms the exact teacher solves")
+    ] = None,
+    imitation_ties: Annotated[
+        str | None, typer.Option(help="tied teacher plans: as_solved | lexmin")
+    ] = None,
+    epsilon: Annotated[float | None, typer.Option(help="epsilon-greedy exploration")] = None,
+    bc_coef: Annotated[
+        float | None, typer.Option(help="teacher cross-entropy in PPO's loss (0 = off)")
+    ] = None,
+    dagger_rounds: Annotated[
+        int | None,
+        typer.Option(help="DAgger rounds after cloning: exact labels of the policy's states"),
+    ] = None,
+    advantage: Annotated[str | None, typer.Option(help="gae | greedy_baseline")] = None,
+    encoder: Annotated[str | None, typer.Option(help="deepsets | attention")] = None,
+    held_out: Annotated[int, typer.Option(help="held-out platforms")] = 256,
+    chunk: Annotated[int, typer.Option(help="PPO updates per jitted chunk")] = 10,
+    best_of: Annotated[
+        int,
+        typer.Option(help="the policy's plan: best of the greedy and K sampled (0 = greedy)"),
+    ] = 16,
+    seed: Annotated[int, typer.Option(help="PRNG seed")] = 0,
+    out: Annotated[Path, typer.Option(help="run directory")] = Path("runs/train"),
+    resume: Annotated[bool, typer.Option(help="continue the run in --out")] = False,
+):
+    """Train the PPO placement agent, then report against the exact optimum.
+
+    Options left out take the `PPOConfig` defaults."""
+    from hetjax.agents.ppo import PPOConfig
+
+    given = dict(num_envs=num_envs, num_updates=num_updates, imitation_steps=imitation_steps,
+                 imitation_platforms=imitation_platforms, imitation_ties=imitation_ties,
+                 epsilon=epsilon, bc_coef=bc_coef, dagger_rounds=dagger_rounds,
+                 advantage=advantage, encoder=encoder)  # fmt: skip
+    extra = tuple(m.strip() for m in models.split(",") if m.strip()) if models else ()
+    config = PPOConfig(model=model, models=extra, platform=platform, seed=seed,
+                       **{k: v for k, v in given.items() if v is not None})  # fmt: skip
+    doc = train_job(config, out, resume=resume, held_out=held_out, chunk=chunk, best_of=best_of)
+    p, h = doc["preset"], doc["held_out"]
+    t = Table(title=f"learned policy: {model} on {platform}")
+    t.add_column("metric")
+    t.add_column("value", justify="right")
+    for k, v in [("plan", f"{p['decode']} ({p['simulations']} simulations)"),
+                 ("batch", f"{p['batch']:g}"), ("latency", f"{p['latency_s'] * 1e3:.3f} ms"),
+                 ("throughput", f"{p['throughput']:.1f} samples/s"),
+                 ("energy", f"{p['energy_j']:.4f} J"), ("score", f"{p['score']:.4f}"),
+                 ("optimal score", f"{p['optimal_score']:.4f}"),
+                 ("gap to optimum", f"{p['gap_pct']:.2f} %"),
+                 ("greedy plan's gap", f"{p['greedy_gap_pct']:.2f} %"),
+                 ("latency reduction vs all-0", f"{p['latency_reduction_pct']:.1f} %"),
+                 ("layer std reduction vs all-0",
+                  f"{p['layer_time_std_reduction_pct']:.1f} %")]:  # fmt: skip
+        t.add_row(k, v)
+    console.print(t)
+    t2 = Table(title=f"zero-shot on {h['n']} held-out platforms: gap to the exact optimum")
+    for col in ("method", "simulations", "mean gap %", "median gap %", "within 1 %",
+                "wall s"):  # fmt: skip
+        t2.add_column(col, justify="right")
+    methods = [(f"PPO policy: {h['policy']['decode']}", h["policy"])]
+    if best_of > 0:
+        methods.append(("PPO policy: greedy", h["policy_greedy"]))
+    for name, s in [*methods, *h["baselines"].items()]:
+        t2.add_row(name, str(s["simulations"]), f"{s['mean_gap_pct']:.2f}",
+                   f"{s['median_gap_pct']:.2f}", f"{100 * s['within_1pct']:.1f}",
+                   f"{s['wall_s']:.2f}")  # fmt: skip
+    console.print(t2)
+    curve = h["budget"]
+    t4 = Table(title="mean gap % at a search budget (simulations per platform)")
+    for col in ("method", *(str(r["simulations"]) for r in curve["cem"])):
+        t4.add_column(col, justify="right")
+    t4.add_row("cem", *(f"{r['mean_gap_pct']:.2f}" for r in curve["cem"]))
+    t4.add_row("random search", *(f"{r['mean_gap_pct']:.2f}" for r in curve["random_search"]))
+    console.print(t4)
+    console.print("PPO policy: " + ", ".join(f"{r['mean_gap_pct']:.2f} % at {r['simulations']}"
+                                             for r in curve["policy"]))  # fmt: skip
+    if "by_model" in h:
+        t3 = Table(title=f"greedy policy per trained model, {h['n']} held-out platforms")
+        for col in ("model", "mean gap %", "median gap %", "within 1 %"):
+            t3.add_column(col, justify="right")
+        for name, s in h["by_model"].items():
+            t3.add_row(name, f"{s['mean_gap_pct']:.2f}", f"{s['median_gap_pct']:.2f}",
+                       f"{100 * s['within_1pct']:.1f}")  # fmt: skip
+        console.print(t3)
+    console.print(f"wrote {out}/report.json, metrics.csv, learning_curve.png, "
+                  "load_distribution.png, budget.png, checkpoint.msgpack")  # fmt: skip
+
+
+@app.command("place")
+def place_cmd(
+    checkpoint: Annotated[Path, typer.Option(help="training run directory")],
+    model: Annotated[str | None, typer.Option(help="model (default: the trained one)")] = None,
+    platform: Annotated[str | None, typer.Option(help="preset (default: trained)")] = None,
+    best_of: Annotated[
+        int, typer.Option(help="best of the greedy and K sampled plans (0 = greedy)")
+    ] = 16,
+    seed: Annotated[int, typer.Option(help="PRNG seed of the sampled plans")] = 0,
+):
+    """Apply a trained policy: print its plan and metrics."""
+    import numpy as np
+
+    import hetjax as hj
+    from hetjax.agents import ppo, report, teachers
+    from hetjax.cli import metrics_rows
+
+    config, params = load_policy(checkpoint)
+    # Keep the padding the policy was trained with (its observation holds the block count
+    # over the padded size): the other trained models stay in the setup, only for padding.
+    pick = model or config.model
+    trained = (config.model,) + tuple(config.models)
+    config = dataclasses.replace(config, model=pick,
+                                 models=tuple(n for n in trained if n != pick),
+                                 platform=platform or config.platform)  # fmt: skip
+    setup = ppo.make_setup(config)
+    plan = report.policy_plan(setup, params, setup.base, jax.random.key(seed), best_of)
+    g, p = setup.graph, setup.base
+    m = hj.evaluate(g, p, plan)
+    ref = hj.evaluate(g, p, hj.reference_plan(g))
+    n_blocks = int(np.asarray(g.block_mask).sum())
+    first = teachers._first_ops(setup, 0)[:n_blocks]  # padding ops (block 0) left out
+    blocks = np.asarray(plan.placement)[first]
+    devices = "".join(map(str, blocks))
+    sims = f"{best_of + 1} simulation{'s' * (best_of > 0)}"
+    console.print(f"{report.decode_name(best_of)} ({sims}); batch "
+                  f"{float(plan.batch):g}; block devices: {devices}")  # fmt: skip
+    t = Table(title=f"policy plan: {config.model} on {config.platform}")
+    t.add_column("metric")
+    t.add_column("value", justify="right")
+    for k, v in metrics_rows(m, hj.hardware.PRESETS[config.platform].device_names):
+        t.add_row(k, v)
+    t.add_row("score", f"{float(hj.score(m, ref, config.weights)):.4f}")
+    console.print(t)
