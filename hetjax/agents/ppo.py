@@ -55,11 +55,15 @@ class PPOConfig:
     """Hyperparameters and the training problem. Defaults train bert-base on `edge` in minutes
     on a 2-core CPU."""
 
-    model: str = "bert-base"
-    # more built-in models to train on: each environment draws one of (model,) + models per
-    # update (uniformly); the report and `hetjax place` default to `model`
+    model: str = "bert-base"  # a built-in model name or an ONNX file (`hj.graphs.load`)
+    # more models (names or ONNX files) to train on: each environment draws one of
+    # (model,) + models per update (uniformly); the report and `hetjax place` default to `model`
     models: tuple[str, ...] = ()
     seq_len: int = 128
+    # ONNX models only: symbolic input dimensions ((name, value), ...) and the block regex of
+    # `hj.onnx.load_graph`; the sequence dimension comes from seq_len unless set here
+    dims: tuple[tuple[str, int], ...] = ()
+    blocks: str | None = None
     platform: str = "edge"  # preset around which training platforms are sampled
     spread: float = 2.0  # log-uniform factor of `hj.hardware.sample`
     weights: tuple[float, float, float] = (0.6, 0.3, 0.1)  # SPEC score (alpha, beta, gamma)
@@ -114,6 +118,7 @@ class PPOConfig:
                 f"PPOConfig: unknown field(s) {unknown} (written by another hetjax version?)"
             )
         d = {**LEGACY_DEFAULTS, **d}
+        d["dims"] = tuple((str(n), int(v)) for n, v in d.get("dims", ()))
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
 
 
@@ -194,6 +199,13 @@ class Setup:
         return len(self.model_names) > 1
 
 
+def load_model(config: PPOConfig, name: str):
+    """The `LayerGraph` of one of the config's models (a built-in name or an ONNX file)."""
+    if hj.graphs.is_onnx_path(name):
+        return hj.graphs.load(name, config.seq_len, dims=dict(config.dims), blocks=config.blocks)
+    return hj.graphs.load(name, config.seq_len)
+
+
 def make_setup(config: PPOConfig) -> Setup:
     """Validate the config and build the environment, padded graph and optimiser (host)."""
     if config.num_envs % config.num_minibatches:
@@ -224,7 +236,7 @@ def make_setup(config: PPOConfig) -> Setup:
     if len(set(names)) != len(names):
         raise hj.PlanError(f"models={config.models!r}: each model at most once, {config.model!r}"
                            " (the model) included")  # fmt: skip
-    graphs = [hj.graphs.transformer(name, seq_len=config.seq_len) for name in names]
+    graphs = [load_model(config, name) for name in names]
     base = hj.hardware.preset(config.platform)
     env = PlacementEnv.sized_for(graphs, [base], num_batches=len(config.batches))
     graphs = [env.pad_graph(g) for g in graphs]

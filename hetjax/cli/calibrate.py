@@ -7,27 +7,46 @@ from typing import Annotated
 
 import typer
 
+from hetjax.cli import checks
 from hetjax.cli.app import app
 from hetjax.errors import HetjaxError
 from hetjax.io import write_json
 
-__all__ = ["calibrate_cmd", "fidelity_cmd", "parse_dims"]
+__all__ = ["calibrate_cmd", "fidelity_cmd"]
 
 
-def parse_dims(seqs: list[int], batch: int, extra: list[str]) -> list[dict]:
+def _dims(seqs: list[int], batch: int, extra: list[str]) -> list[dict]:
     """One dims dict per sequence length, with `--dim name=value` entries added to each."""
-    more = {}
-    for item in extra:
-        name, sep, value = item.partition("=")
-        if not sep or not name:
-            raise HetjaxError(f"--dim {item!r}: use NAME=VALUE, e.g. --dim past_length=0")
-        try:
-            more[name] = int(value)
-        except ValueError:
-            raise HetjaxError(f"--dim {item!r}: the value must be an integer") from None
-    if batch < 1 or any(s < 1 for s in seqs):
-        raise HetjaxError(f"--batch {batch} and --seq {seqs} must be >= 1")
+    more = checks.parse_dims("--dim", extra)
+    checks.at_least("--batch", batch, 1)
+    for s in seqs:
+        checks.at_least("--seq", s, 1)
     return [{"batch": batch, "sequence": s, **more} for s in seqs]
+
+
+def _fit_options(repeats, warmup, threads, steps, lr, e2e_weight) -> None:
+    for opt, v, low in [("--repeats", repeats, 1), ("--warmup", warmup, 0),
+                        ("--threads", threads, 1), ("--steps", steps, 1),
+                        ("--e2e-weight", e2e_weight, 0.0)]:  # fmt: skip
+        checks.at_least(opt, v, low)
+    if not lr > 0 or lr != lr or lr == float("inf"):
+        raise checks.OptionError(f"--lr {lr}: must be a finite number > 0")
+
+
+def _model_files(option: str, models: list[str]) -> None:
+    """Each is a built-in name or an existing ONNX file (read and checked, not profiled)."""
+    import hetjax as hj
+    from hetjax.onnx.importer import read_model
+
+    if not models:
+        raise checks.OptionError(f"{option}: give at least one model")
+    for m in models:
+        if m in hj.graphs.MODELS:
+            continue
+        with checks.naming(option, m):
+            if Path(m).is_dir():
+                raise checks.OptionError("is a directory, not an ONNX file")
+            read_model(m)
 
 
 def _rows_table(title: str, rows: list[dict]):
@@ -105,8 +124,15 @@ def calibrate_cmd(
 
     from hetjax.onnx.calibrate import FIT_SEQS, calibrate
 
+    dims = _dims(seq or list(FIT_SEQS), batch, dim or [])
+    _fit_options(repeats, warmup, threads, steps, lr, e2e_weight)
+    checks.at_least("--p-busy", p_busy, 0.0)
+    checks.at_least("--p-idle", p_idle, 0.0)
+    if p_idle > p_busy:
+        raise checks.OptionError(f"--p-idle {p_idle}: must be <= --p-busy {p_busy}")
+    _model_files("MODELS", models)
+    checks.writable_file("--out", out)
     console = Console()
-    dims = parse_dims(seq or list(FIT_SEQS), batch, dim or [])
     result, rows = calibrate(
         models, dims, repeats=repeats, warmup=warmup, threads=threads, steps=steps, lr=lr,
         e2e_weight=e2e_weight, p_busy=p_busy, p_idle=p_idle, weight_streaming=weight_streaming,
@@ -157,7 +183,12 @@ def fidelity_cmd(
         raise HetjaxError(f"--fit and --test share {sorted(overlap)}: held-out means unseen")
     seqs = seq or [64, 128]
     fit_seqs = fit_seq or list(FIT_SEQS)
-    parse_dims(seqs + fit_seqs, batch, [])
+    _dims(seqs + fit_seqs, batch, [])
+    _fit_options(repeats, warmup, threads, steps, lr, e2e_weight)
+    _model_files("--fit", fit)
+    _model_files("--test", test)
+    checks.writable_file("--out", out)
+    checks.writable_file("--platform-out", platform_out)
     result, report = run_fidelity(
         fit, test, seqs, fit_seqs=fit_seqs, batch=batch, repeats=repeats, warmup=warmup,
         threads=threads, steps=steps, lr=lr, e2e_weight=e2e_weight,

@@ -3,9 +3,35 @@ rows."""
 
 from __future__ import annotations
 
+from typing import Annotated
+
+import typer
+
 from hetjax.errors import UnknownNameError
 
-__all__ = ["PLACEMENTS", "named_placement", "metrics_rows", "metrics_dict", "load_platform"]
+__all__ = [
+    "PLACEMENTS",
+    "named_placement",
+    "metrics_rows",
+    "metrics_dict",
+    "load_platform",
+    "ModelOpt",
+    "DimOpt",
+    "BlocksOpt",
+    "PlatformOpt",
+]
+
+# options that every command taking a model or a platform spells the same way
+ModelOpt = Annotated[str, typer.Option(help="built-in model name or an ONNX file")]
+DimOpt = Annotated[
+    list[str] | None,
+    typer.Option("--dim", help="ONNX models: a symbolic input dimension, NAME=VALUE (repeatable)"),
+]
+BlocksOpt = Annotated[
+    str | None,
+    typer.Option(help="ONNX models: regex whose match on a node name is its block (see docs)"),
+]
+PlatformOpt = Annotated[str, typer.Option(help="preset name or a platform JSON file")]
 
 
 PLACEMENTS = ("all-0", "all-1", "alternate", "by-class")
@@ -76,16 +102,6 @@ def metrics_dict(m) -> dict:
 
 def load_platform(name_or_path: str):
     """A preset by name, or a platform JSON file; returns (Platform, device names)."""
-    import os
+    from hetjax.cli.checks import platform
 
-    import hetjax as hj
-
-    if name_or_path in hj.hardware.PRESETS:
-        return hj.hardware.preset(name_or_path), hj.hardware.PRESETS[name_or_path].device_names
-    if os.path.exists(name_or_path):
-        p = hj.hardware.load(name_or_path)
-        return p, hj.hardware.load_meta(name_or_path).get("device_names")
-    raise UnknownNameError(
-        f"unknown platform {name_or_path!r}: not a preset ({', '.join(hj.hardware.PRESETS)}) "
-        "and no such file"
-    )
+    return platform(name_or_path)

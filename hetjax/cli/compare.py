@@ -9,29 +9,38 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from hetjax.cli import checks
 from hetjax.cli.app import app, console
-from hetjax.cli.common import load_platform
+from hetjax.cli.common import BlocksOpt, DimOpt, ModelOpt, PlatformOpt, load_platform
 
 __all__ = ["compare_cmd"]
 
 
 @app.command("compare")
 def compare_cmd(
-    model: Annotated[str, typer.Option(help="built-in model name")] = "bert-base",
-    platform: Annotated[str, typer.Option(help="preset name or platform JSON")] = "edge",
+    model: ModelOpt = "bert-base",
+    platform: PlatformOpt = "edge",
     samples: Annotated[int, typer.Option(help="also compare on N sampled platforms")] = 0,
     out: Annotated[Path | None, typer.Option(help="output directory")] = None,
     seq_len: Annotated[int, typer.Option(help="tokens per sample")] = 128,
     seed: Annotated[int, typer.Option(help="PRNG seed")] = 0,
+    dim: DimOpt = None,
+    blocks: BlocksOpt = None,
 ):
     """Every baseline strategy and the exact optimum: table, JSON, CSV and a PNG."""
     import hetjax as hj
     from hetjax.compare import compare_preset, compare_sampled, plot
     from hetjax.io import write_csv, write_json
 
-    graph = hj.graphs.transformer(model, seq_len=seq_len)
+    checks.at_least("--samples", samples, 0)
+    checks.at_least("--seed", seed, 0)
+    dims = checks.parse_dims("--dim", dim)
+    graph = checks.model_graph(model, seq_len, dims=dims, blocks=blocks)
     plat, _ = load_platform(platform)
-    out_dir = out or Path("runs") / f"compare-{model}-{Path(platform).stem}"
+    out_dir = out or Path("runs") / f"compare-{Path(model).stem}-{Path(platform).stem}"
+    checks.writable_dir("--out", out_dir)
+    with checks.naming("--model", model):  # the exact optimum needs a chain of blocks
+        hj.exact.check_chain(graph, plat)
     rows, opt_plan, front = compare_preset(graph, plat, seed=seed)
     table = Table(title=f"{model} on {platform}: strategies vs the exact optimum")
     cols = [("method", "method", "{}"), ("batch", "batch", "{:g}"),

@@ -8,30 +8,43 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from hetjax.cli import checks
 from hetjax.cli.app import app, console
-from hetjax.cli.common import load_platform, metrics_dict, metrics_rows, named_placement
+from hetjax.cli.common import (
+    BlocksOpt,
+    DimOpt,
+    ModelOpt,
+    PlatformOpt,
+    load_platform,
+    metrics_dict,
+    metrics_rows,
+    named_placement,
+)
 
 __all__ = ["evaluate"]
 
 
 @app.command()
 def evaluate(
-    model: Annotated[str, typer.Option(help="built-in model name")] = "bert-base",
-    platform: Annotated[str, typer.Option(help="preset name or a platform JSON file")] = "edge",
+    model: ModelOpt = "bert-base",
+    platform: PlatformOpt = "edge",
     placement: Annotated[str, typer.Option(help="all-<d> | alternate | by-class")] = "by-class",
     batch: Annotated[float, typer.Option(help="samples per batch")] = 8.0,
     seq_len: Annotated[int, typer.Option(help="tokens per sample")] = 128,
     granularity: Annotated[str, typer.Option(help="block | op")] = "block",
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
+    dim: DimOpt = None,
+    blocks: BlocksOpt = None,
 ):
     """Simulate one placement of a model on a platform and print its metrics."""
     import hetjax as hj
 
-    graph = hj.graphs.transformer(model, seq_len=seq_len, granularity=granularity)
+    checks.at_least("--batch", batch, 1)
+    dims = checks.parse_dims("--dim", dim)
+    graph = checks.model_graph(model, seq_len, granularity, dims=dims, blocks=blocks)
     plat, names = load_platform(platform)
-    if batch < 1:
-        raise hj.PlanError(f"--batch {batch}: must be >= 1")
-    plan = hj.Plan.create(named_placement(placement, graph, plat), batch)
+    with checks.naming("--placement", placement):
+        plan = hj.Plan.create(named_placement(placement, graph, plat), batch)
     m = hj.evaluate(graph, plat, plan)
     ref = hj.evaluate(graph, plat, hj.reference_plan(graph))
     s = float(hj.score(m, ref))

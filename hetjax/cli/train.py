@@ -11,18 +11,23 @@ import typer
 from rich.table import Table
 
 from hetjax.agents.jobs import load_policy, train_job
+from hetjax.cli import checks
 from hetjax.cli.app import app, console
+from hetjax.cli.common import BlocksOpt, DimOpt, ModelOpt, metrics_rows
 
 __all__ = ["train_cmd", "place_cmd"]
 
 
 @app.command("train")
 def train_cmd(
-    model: Annotated[str, typer.Option(help="built-in model")] = "bert-base",
+    model: ModelOpt = "bert-base",
     models: Annotated[
         str | None,
         typer.Option(help="more models to train on, comma-separated (e.g. gpt2,bert-large)"),
     ] = None,
+    seq_len: Annotated[int, typer.Option(help="tokens per sample")] = 128,
+    dim: DimOpt = None,
+    blocks: BlocksOpt = None,
     platform: Annotated[str, typer.Option(help="preset to sample platforms around")] = "edge",
     num_envs: Annotated[int | None, typer.Option(help="parallel environments")] = None,
     num_updates: Annotated[int | None, typer.Option(help="PPO updates")] = None,
@@ -56,15 +61,39 @@ def train_cmd(
     """Train the PPO placement agent, then report against the exact optimum.
 
     Options left out take the `PPOConfig` defaults."""
-    from hetjax.agents.ppo import PPOConfig
+    import hetjax as hj
+    from hetjax.agents.network import ENCODERS
+    from hetjax.agents.ppo import ADVANTAGES, TIES, PPOConfig, load_model, make_setup
 
+    # every option is checked before any work starts (nothing is written on a bad one)
+    for opt, v, low in [("--num-envs", num_envs, 1), ("--num-updates", num_updates, 0),
+                        ("--imitation-steps", imitation_steps, 0),
+                        ("--imitation-platforms", imitation_platforms, 1),
+                        ("--bc-coef", bc_coef, 0.0), ("--dagger-rounds", dagger_rounds, 0),
+                        ("--held-out", held_out, 1), ("--chunk", chunk, 1),
+                        ("--best-of", best_of, 0), ("--seed", seed, 0),
+                        ("--seq-len", seq_len, 1)]:  # fmt: skip
+        checks.at_least(opt, v, low)
+    checks.in_range("--epsilon", epsilon, 0.0, 1.0, high_open=True)
+    checks.one_of("--imitation-ties", imitation_ties, TIES)
+    checks.one_of("--advantage", advantage, ADVANTAGES)
+    checks.one_of("--encoder", encoder, ENCODERS)
+    checks.one_of("--platform", platform, tuple(hj.hardware.PRESETS))
+    dims = checks.parse_dims("--dim", dim)
+    checks.writable_dir("--out", out)
+    checks.run_dir("--out", out, must_exist=False)
     given = dict(num_envs=num_envs, num_updates=num_updates, imitation_steps=imitation_steps,
                  imitation_platforms=imitation_platforms, imitation_ties=imitation_ties,
                  epsilon=epsilon, bc_coef=bc_coef, dagger_rounds=dagger_rounds,
                  advantage=advantage, encoder=encoder)  # fmt: skip
     extra = tuple(m.strip() for m in models.split(",") if m.strip()) if models else ()
-    config = PPOConfig(model=model, models=extra, platform=platform, seed=seed,
+    config = PPOConfig(model=model, models=extra, platform=platform, seed=seed, seq_len=seq_len,
+                       dims=tuple(dims.items()), blocks=blocks,
                        **{k: v for k, v in given.items() if v is not None})  # fmt: skip
+    for name in (model, *extra):
+        with checks.naming("--models" if name in extra else "--model", name):
+            load_model(config, name)
+    make_setup(config)  # the config's own rules (e.g. num_envs a multiple of num_minibatches)
     doc = train_job(config, out, resume=resume, held_out=held_out, chunk=chunk, best_of=best_of)
     p, h = doc["preset"], doc["held_out"]
     t = Table(title=f"learned policy: {model} on {platform}")
@@ -130,8 +159,11 @@ def place_cmd(
 
     import hetjax as hj
     from hetjax.agents import ppo, report, teachers
-    from hetjax.cli import metrics_rows
 
+    checks.at_least("--best-of", best_of, 0)
+    checks.at_least("--seed", seed, 0)
+    checks.one_of("--platform", platform, tuple(hj.hardware.PRESETS))
+    checks.run_dir("--checkpoint", checkpoint, must_exist=True)
     config, params = load_policy(checkpoint)
     # Keep the padding the policy was trained with (its observation holds the block count
     # over the padded size): the other trained models stay in the setup, only for padding.

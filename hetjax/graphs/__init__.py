@@ -19,6 +19,7 @@ from hetjax.graphs.core import (
     unstack,
     validate,
 )
+from hetjax.graphs.source import is_onnx_path, load
 from hetjax.graphs.transformers import (
     MODELS,
     GraphBuilder,
@@ -31,6 +32,8 @@ from hetjax.graphs.transformers import (
 )
 
 __all__ = [
+    "load",
+    "is_onnx_path",
     "LayerGraph",
     "TransformerConfig",
     "GraphBuilder",
