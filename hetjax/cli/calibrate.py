@@ -15,12 +15,12 @@ from hetjax.io import write_json
 __all__ = ["calibrate_cmd", "fidelity_cmd"]
 
 
-def _dims(seqs: list[int], batch: int, extra: list[str]) -> list[dict]:
+def _dims(seqs: list[int], batch: int, extra: list[str], option: str = "--seq") -> list[dict]:
     """One dims dict per sequence length, with `--dim name=value` entries added to each."""
     more = checks.parse_dims("--dim", extra)
     checks.at_least("--batch", batch, 1)
     for s in seqs:
-        checks.at_least("--seq", s, 1)
+        checks.at_least(option, s, 1)
     return [{"batch": batch, "sequence": s, **more} for s in seqs]
 
 
@@ -183,7 +183,8 @@ def fidelity_cmd(
         raise HetjaxError(f"--fit and --test share {sorted(overlap)}: held-out means unseen")
     seqs = seq or [64, 128]
     fit_seqs = fit_seq or list(FIT_SEQS)
-    _dims(seqs + fit_seqs, batch, [])
+    _dims(seqs, batch, [])
+    _dims(fit_seqs, batch, [], "--fit-seq")
     _fit_options(repeats, warmup, threads, steps, lr, e2e_weight)
     _model_files("--fit", fit)
     _model_files("--test", test)

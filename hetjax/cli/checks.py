@@ -169,12 +169,17 @@ def writable_file(option: str, path: str | os.PathLike | None) -> None:
     """`path` is a file that can be written (its folder exists or can be made; not a folder)."""
     if path is None:
         return
-    p = Path(path)
-    if p.is_dir():
-        raise OptionError(f"{option} {str(path)!r}: is a directory, not a file")
-    if p.exists() and not os.access(p, os.W_OK):
-        raise OptionError(f"{option} {str(path)!r}: is not writable")
-    writable_dir(option, p.parent)
+    with naming(option, path):
+        p = Path(path)
+        if p.is_dir():
+            raise OptionError("is a directory, not a file")
+        if p.exists() and not os.access(p, os.W_OK):
+            raise OptionError("is not writable")
+        base = _first_existing(p.parent)
+        if not base.is_dir():
+            raise OptionError(f"{str(base)!r} is a file, not a directory")
+        if not os.access(base, os.W_OK | os.X_OK):
+            raise OptionError(f"{str(base)!r} is not writable")
 
 
 def run_dir(option: str, path: Path, *, must_exist: bool) -> None:

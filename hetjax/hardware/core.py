@@ -108,7 +108,12 @@ def validate(platform: Platform, name: str = "platform") -> Platform:
     a = _host(platform)
     if a["mem_bw"].ndim < 1:
         raise PlatformError(f"{name}.mem_bw: must have shape [D], got a scalar")
-    batch, d = a["mem_bw"].shape[:-1], a["mem_bw"].shape[-1]
+    # the device count most fields agree on, so that the one field that disagrees is named
+    counts = [a[f].shape[-1] for f in _VECTOR_FIELDS if a[f].ndim >= 1]
+    counts += [a["peak"].shape[-2]] if a["peak"].ndim >= 2 else []
+    counts += [a[f].shape[-1] for f in _LINK_FIELDS if a[f].ndim >= 1]
+    d = max(set(counts), key=counts.count)
+    batch = a["mem_bw"].shape[:-1]
     shapes = {f: batch + (d,) for f in (*_VECTOR_FIELDS, "device_mask")}
     shapes["peak"] = batch + (d, NUM_CLASSES)
     shapes.update({f: batch + (d, d) for f in _LINK_FIELDS})

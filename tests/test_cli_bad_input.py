@@ -1,0 +1,196 @@
+"""Every bad option of every command is refused up front: exit code 2, exactly one line on
+stderr naming the option (or field) and the value, no traceback, and no file created or changed.
+
+Table-driven: each case is (argv, words the error line must contain). Paths in the arguments
+are relative to a scratch folder prepared by `scratch` (a regular file, a folder, broken
+platform files, a broken run directory); the test runs in that folder and compares its whole
+tree before and after.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from hetjax import cli
+
+LONG = "x" * 300
+
+CASES = [
+    # evaluate
+    (["evaluate", "--model", "bert-huge"], ["--model", "bert-huge"]),
+    (["evaluate", "--model", "missing.onnx"], ["--model", "missing.onnx"]),
+    (["evaluate", "--model", "adir"], ["--model", "adir", "directory"]),
+    (["evaluate", "--model", "afile"], ["--model", "afile"]),
+    (["evaluate", "--model", "garbage.onnx"], ["--model", "garbage.onnx"]),
+    (["evaluate", "--model", f"{LONG}.onnx"], ["--model", "too long"]),
+    (["evaluate", "--platform", "moon"], ["--platform", "moon"]),
+    (["evaluate", "--platform", "adir"], ["--platform", "adir", "directory"]),
+    (["evaluate", "--platform", "str.json"], ["--platform", "str.json"]),
+    (["evaluate", "--platform", "short.json"], ["--platform", "short.json", "mem_bw"]),
+    (["evaluate", "--platform", "neg.json"], ["--platform", "neg.json", "link_bw"]),
+    (["evaluate", "--platform", "broken.json"], ["--platform", "broken.json"]),
+    (["evaluate", "--platform", "[bold]x[/bold].json"], ["--platform", "[bold]x[/bold].json"]),
+    (["evaluate", "--platform", f"{LONG}.json"], ["--platform", "too long"]),
+    (["evaluate", "--placement", "all-7"], ["--placement", "all-7"]),
+    (["evaluate", "--placement", "diagonal"], ["--placement", "diagonal"]),
+    (["evaluate", "--batch", "0"], ["--batch", "0"]),
+    (["evaluate", "--batch", "-2"], ["--batch", "-2"]),
+    (["evaluate", "--batch", "nan"], ["--batch", "nan"]),
+    (["evaluate", "--batch", "inf"], ["--batch", "inf"]),
+    (["evaluate", "--batch", "abc"], ["--batch", "abc"]),
+    (["evaluate", "--seq-len", "0"], ["--seq-len", "0"]),
+    (["evaluate", "--seq-len", "-5"], ["--seq-len", "-5"]),
+    (["evaluate", "--seq-len", "1.5"], ["--seq-len", "1.5"]),
+    (["evaluate", "--model", "bert-base", "--seq-len", "100000"], ["seq_len", "100000"]),
+    (["evaluate", "--granularity", "layer"], ["--granularity", "layer"]),
+    (["evaluate", "--dim", "sequence"], ["--dim", "sequence"]),
+    (["evaluate", "--dim", "sequence=abc"], ["--dim", "sequence=abc"]),
+    (["evaluate", "--dim", "sequence=0"], ["--dim", "sequence=0"]),
+    (["evaluate", "--model", "bert-tiny", "--dim", "sequence=8"], ["dims", "bert-tiny"]),
+    (["evaluate", "--no-such-option"], ["--no-such-option"]),
+    (["frobnicate"], ["frobnicate"]),
+    # compare
+    (["compare", "--samples", "-1"], ["--samples", "-1"]),
+    (["compare", "--samples", "many"], ["--samples", "many"]),
+    (["compare", "--seed", "-1"], ["--seed", "-1"]),
+    (["compare", "--out", "afile"], ["--out", "afile"]),
+    (["compare", "--out", "afile/sub"], ["--out", "afile/sub"]),
+    (["compare", "--model", "bert-huge"], ["--model", "bert-huge"]),
+    (["compare", "--platform", "neg.json"], ["--platform", "neg.json"]),
+    (["compare", "--seq-len", "0"], ["--seq-len", "0"]),
+    # train
+    (["train", "--num-envs", "0"], ["--num-envs", "0"]),
+    (["train", "--num-envs", "-4"], ["--num-envs", "-4"]),
+    (["train", "--num-envs", "6"], ["num_envs", "6"]),
+    (["train", "--num-updates", "-1"], ["--num-updates", "-1"]),
+    (["train", "--chunk", "0"], ["--chunk", "0"]),
+    (["train", "--held-out", "0"], ["--held-out", "0"]),
+    (["train", "--imitation-steps", "-1"], ["--imitation-steps", "-1"]),
+    (["train", "--imitation-platforms", "0"], ["--imitation-platforms", "0"]),
+    (["train", "--imitation-ties", "random"], ["--imitation-ties", "random"]),
+    (["train", "--epsilon", "1"], ["--epsilon", "1"]),
+    (["train", "--epsilon", "-0.1"], ["--epsilon", "-0.1"]),
+    (["train", "--bc-coef", "-1"], ["--bc-coef", "-1"]),
+    (["train", "--dagger-rounds", "-2"], ["--dagger-rounds", "-2"]),
+    (["train", "--advantage", "td"], ["--advantage", "td"]),
+    (["train", "--encoder", "lstm"], ["--encoder", "lstm"]),
+    (["train", "--best-of", "-1"], ["--best-of", "-1"]),
+    (["train", "--seed", "-1"], ["--seed", "-1"]),
+    (["train", "--seq-len", "0"], ["--seq-len", "0"]),
+    (["train", "--platform", "moon"], ["--platform", "moon"]),
+    (["train", "--platform", "adir"], ["--platform", "adir"]),
+    (["train", "--model", "bert-huge"], ["--model", "bert-huge"]),
+    (["train", "--models", "gpt2,nope"], ["--models", "nope"]),
+    (["train", "--models", "bert-base"], ["models", "bert-base"]),
+    (["train", "--out", "afile"], ["--out", "afile"]),
+    (["train", "--out", "afile/run"], ["--out", "afile/run"]),
+    (["train", "--out", "badcfg", "--resume"], ["--out", "badcfg", "config.json"]),
+    (["train", "--out", "badnpz", "--resume"], ["--out", "badnpz", "teacher.npz"]),
+    (["train", "--out", "badmsgpack", "--resume"], ["--out", "badmsgpack", "checkpoint"]),
+    (["train", "--out", "oldfield", "--resume"], ["--out", "oldfield", "unknown field"]),
+    # place
+    (["place", "--checkpoint", "adir"], ["--checkpoint", "adir", "config.json"]),
+    (["place", "--checkpoint", "nowhere"], ["--checkpoint", "nowhere"]),
+    (["place", "--checkpoint", "badcfg"], ["--checkpoint", "badcfg"]),
+    (["place", "--checkpoint", "adir", "--best-of", "-1"], ["--best-of", "-1"]),
+    (["place", "--checkpoint", "adir", "--seed", "-1"], ["--seed", "-1"]),
+    (["place", "--checkpoint", "adir", "--platform", "moon"], ["--platform", "moon"]),
+    (["place"], ["--checkpoint"]),
+    # calibrate / fidelity
+    (["calibrate", "missing.onnx"], ["missing.onnx"]),
+    (["calibrate", "adir"], ["adir", "directory"]),
+    (["calibrate", "garbage.onnx"], ["garbage.onnx"]),
+    (["calibrate", "bert-tiny", "--repeats", "0"], ["--repeats", "0"]),
+    (["calibrate", "bert-tiny", "--warmup", "-1"], ["--warmup", "-1"]),
+    (["calibrate", "bert-tiny", "--threads", "0"], ["--threads", "0"]),
+    (["calibrate", "bert-tiny", "--steps", "0"], ["--steps", "0"]),
+    (["calibrate", "bert-tiny", "--lr", "0"], ["--lr", "0"]),
+    (["calibrate", "bert-tiny", "--lr", "nan"], ["--lr", "nan"]),
+    (["calibrate", "bert-tiny", "--batch", "0"], ["--batch", "0"]),
+    (["calibrate", "bert-tiny", "--seq", "0"], ["--seq", "0"]),
+    (["calibrate", "bert-tiny", "--dim", "past"], ["--dim", "past"]),
+    (["calibrate", "bert-tiny", "--p-busy", "-3"], ["--p-busy", "-3"]),
+    (["calibrate", "bert-tiny", "--p-busy", "5", "--p-idle", "9"], ["--p-idle", "9"]),
+    (["calibrate", "bert-tiny", "--out", "adir"], ["--out", "adir"]),
+    (["calibrate", "bert-tiny", "--out", "afile/p.json"], ["--out", "afile/p.json"]),
+    (["calibrate", "bert-tiny", "--e2e-weight", "-1"], ["--e2e-weight", "-1"]),
+    (["fidelity", "--fit", "bert-mini", "--test", "bert-mini"], ["--fit", "--test", "bert-mini"]),
+    (["fidelity", "--test", "missing.onnx"], ["--test", "missing.onnx"]),
+    (["fidelity", "--fit", "nope.onnx"], ["--fit", "nope.onnx"]),
+    (["fidelity", "--seq", "0"], ["--seq", "0"]),
+    (["fidelity", "--fit-seq", "-1"], ["--fit-seq", "-1"]),
+    (["fidelity", "--repeats", "0"], ["--repeats", "0"]),
+    (["fidelity", "--out", "adir"], ["--out", "adir"]),
+    (["fidelity", "--platform-out", "afile/x.json"], ["--platform-out", "afile/x.json"]),
+]
+
+
+@pytest.fixture(scope="module")
+def scratch(tmp_path_factory):
+    """A folder with the broken inputs the cases name."""
+    import hetjax as hj
+
+    d = tmp_path_factory.mktemp("bad")
+    (d / "afile").write_text("not a folder\n")
+    (d / "adir").mkdir()
+    (d / "garbage.onnx").write_bytes(b"\x08\x07 certainly not protobuf")
+    hj.hardware.save(hj.hardware.preset("edge"), d / "edge.json")
+    good = json.loads((d / "edge.json").read_text())
+
+    def variant(name, edit):
+        doc = json.loads(json.dumps(good))
+        edit(doc["fields"])
+        (d / name).write_text(json.dumps(doc))
+
+    variant("str.json", lambda f: f.__setitem__("launch", "fast"))
+    variant("short.json", lambda f: f.__setitem__("mem_bw", f["mem_bw"][:1]))
+    variant("neg.json", lambda f: f["link_bw"][0].__setitem__(1, -5.0))
+    (d / "broken.json").write_text("{not json")
+    for name in ("badcfg", "badnpz", "badmsgpack", "oldfield"):
+        (d / name).mkdir()
+    (d / "badcfg" / "config.json").write_text("{ppo: nope")
+    cfg = {"ppo": {"model": "bert-tiny", "num_envs": 8}, "chunk": 1, "validation": 4}
+    for name in ("badnpz", "badmsgpack"):
+        (d / name / "config.json").write_text(json.dumps(cfg))
+    (d / "badnpz" / "teacher.npz").write_bytes(b"PK\x03\x04 truncated zip")
+    (d / "badmsgpack" / "checkpoint.msgpack").write_bytes(b"\xc1\xc1\xc1")
+    (d / "oldfield" / "config.json").write_text(
+        json.dumps({"ppo": {"model": "bert-tiny", "warp_drive": 9}, "chunk": 1})
+    )
+    return d
+
+
+def _tree(root: Path) -> dict:
+    return {
+        str(p.relative_to(root)): (p.is_dir(), p.stat().st_size, p.stat().st_mtime_ns)
+        for p in sorted(root.rglob("*"))
+    }
+
+
+@pytest.mark.parametrize("argv, words", CASES, ids=[" ".join(a)[:60] for a, _ in CASES])
+def test_bad_input_is_one_line_exit_2_nothing_written(argv, words, scratch, monkeypatch, capsys):
+    monkeypatch.chdir(scratch)
+    before = _tree(scratch)
+    monkeypatch.setattr(sys, "argv", ["hetjax", *argv])
+    with pytest.raises(SystemExit) as exc:
+        cli.main()
+    out = capsys.readouterr()
+    assert exc.value.code == 2, (out.out, out.err)
+    lines = out.err.splitlines()
+    assert len(lines) == 1, out.err
+    line = lines[0]
+    assert line.startswith("error: ") and "Traceback" not in out.err
+    for w in words:
+        assert w in line, (w, line)
+    assert out.out == ""
+    assert _tree(scratch) == before  # nothing created or changed
+    assert not os.path.exists(scratch / "runs")
+
+
+def test_at_least_80_cases():
+    assert len(CASES) >= 80

@@ -1,0 +1,67 @@
+"""`--model FILE.onnx` works in every job that takes a model: evaluate, compare, train, place."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+import pytest
+
+import hetjax as hj
+from hetjax import cli
+from hetjax.onnx import export_transformer
+
+
+@pytest.fixture(scope="module")
+def onnx_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("onnx") / "tiny.onnx"
+    export_transformer("bert-tiny", path)  # symbolic batch and sequence
+    return str(path)
+
+
+def _run(monkeypatch, capsys, *args):
+    monkeypatch.setattr(sys, "argv", ["hetjax", *args])
+    with pytest.raises(SystemExit) as exc:
+        cli.main()
+    out = capsys.readouterr()
+    assert exc.value.code in (0, None), out.err
+    return out.out
+
+
+def test_evaluate_onnx_matches_the_api(onnx_file, monkeypatch, capsys):
+    out = _run(monkeypatch, capsys, "evaluate", "--model", onnx_file, "--seq-len", "32",
+               "--placement", "alternate", "--batch", "2", "--json")  # fmt: skip
+    doc = json.loads(out)
+    g = hj.onnx.load_graph(onnx_file, {"batch": 1, "sequence": 32})
+    p = hj.hardware.preset("edge")
+    m = hj.evaluate(g, p, hj.Plan.create(cli.named_placement("alternate", g, p), 2.0))
+    assert doc["metrics"]["latency"] == pytest.approx(float(m.latency), rel=1e-6)
+    # --dim sets the same symbolic dimension as --seq-len
+    out2 = _run(monkeypatch, capsys, "evaluate", "--model", onnx_file, "--dim", "sequence=32",
+                "--placement", "alternate", "--batch", "2", "--json")  # fmt: skip
+    assert json.loads(out2)["metrics"] == doc["metrics"]
+
+
+def test_graphs_load_names_and_files(onnx_file):
+    a = hj.graphs.load("bert-tiny", 32)
+    b = hj.graphs.load(onnx_file, 32)
+    assert int(a.block_mask.sum()) == int(b.block_mask.sum())
+    assert np.asarray(b.op_mask).sum() > 0
+    with pytest.raises(hj.UnknownNameError, match="bert-huge"):
+        hj.graphs.load("bert-huge")
+
+
+def test_compare_train_place_take_an_onnx_model(onnx_file, tmp_path, monkeypatch, capsys):
+    out = _run(monkeypatch, capsys, "compare", "--model", onnx_file, "--seq-len", "32",
+               "--out", str(tmp_path / "cmp"))  # fmt: skip
+    doc = json.loads((tmp_path / "cmp" / "compare.json").read_text())
+    assert doc["preset"][-1]["method"] == "exact optimum" and "compare.json" in out
+    run = tmp_path / "run"
+    _run(monkeypatch, capsys, "train", "--model", onnx_file, "--seq-len", "32", "--num-envs",
+         "8", "--num-updates", "1", "--imitation-steps", "2", "--imitation-platforms", "4",
+         "--held-out", "2", "--chunk", "1", "--best-of", "0", "--out", str(run))  # fmt: skip
+    cfg = json.loads((run / "config.json").read_text())["ppo"]
+    assert cfg["model"] == onnx_file and cfg["seq_len"] == 32
+    out = _run(monkeypatch, capsys, "place", "--checkpoint", str(run), "--best-of", "0")
+    assert "block devices:" in out
