@@ -391,20 +391,32 @@ ONNX_TINY = {
 
 @pytest.fixture(scope="module")
 def onnx_tiny(tmp_path_factory):
-    """Each tiny export imported at 32 tokens with 2-byte floats, as the built-in graphs."""
+    """arch -> the tiny export imported at 32 tokens with 2-byte floats (as the built-in
+    graphs), exported on first use."""
     import hetjax.onnx as hjo
 
-    d = tmp_path_factory.mktemp("onnx")
-    return {
-        a: hjo.import_model(hjo.export_transformer(c, d / f"{a}.onnx"),
-                            {"batch": 1, "sequence": 32}, dtype_bytes=2)
-        for a, c in ONNX_TINY.items()
-    }  # fmt: skip
+    d, cache = tmp_path_factory.mktemp("onnx"), {}
+
+    def get(arch):
+        if arch not in cache:
+            path = hjo.export_transformer(ONNX_TINY[arch], d / f"{arch}.onnx")
+            cache[arch] = hjo.import_model(path, {"batch": 1, "sequence": 32}, dtype_bytes=2)
+        return cache[arch]
+
+    return get
 
 
-@pytest.mark.parametrize("arch", list(ONNX_TINY))
+# llama (rotary tables and a causal mask) by default; bert and gpt2 with --slow
+@pytest.mark.parametrize(
+    "arch",
+    [
+        "llama",
+        pytest.param("bert", marks=pytest.mark.slow),
+        pytest.param("gpt2", marks=pytest.mark.slow),
+    ],
+)
 def test_onnx_exports_are_chains_and_match_enumeration(onnx_tiny, arch):
-    imp = onnx_tiny[arch]
+    imp = onnx_tiny(arch)
     side = {"bert": ("/Mul",), "gpt2": ("/Trilu",),
             "llama": ("/model/rotary_emb/Cos", "/model/rotary_emb/Sin", "/Trilu")}  # fmt: skip
     assert imp.side_inputs == side[arch]
@@ -421,7 +433,7 @@ def test_onnx_exports_are_chains_and_match_enumeration(onnx_tiny, arch):
 def test_onnx_export_evaluate_matches_reference(onnx_tiny):
     from hetjax.reference import evaluate_reference
 
-    g = onnx_tiny["llama"].graph
+    g = onnx_tiny("llama").graph
     p = hj.hardware.preset("host3")
     plan = hj.Plan.from_blocks(g, [0, 2, 0, 2, 0, 2], 4.0)  # every block boundary crosses
     m = jax.jit(hj.evaluate)(g, p, plan)
