@@ -13,6 +13,8 @@ import hetjax as hj
 from hetjax.graphs import CONTROL
 from hetjax.hardware import DEVICES, PRESETS
 
+pytestmark = pytest.mark.x64
+
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
 def test_preset_validates(name):
