@@ -101,6 +101,24 @@ class PPOConfig:
     def __post_init__(self):
         _check_config(self)
 
+    def to_dict(self) -> dict:
+        """The config as config.json holds it (tuples as lists); `from_dict` inverts it."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> PPOConfig:
+        """The config a run's config.json describes (JSON lists back to tuples). Fields added
+        after the file was written take the value that reproduces what that run did
+        (`LEGACY_DEFAULTS`), not today's default. A field this version does not know (a file
+        from a newer hetjax, or edited by hand) raises `hj.CheckpointError` naming it."""
+        unknown = sorted(set(d) - {f.name for f in fields(cls)})
+        if unknown:
+            raise hj.CheckpointError(
+                f"PPOConfig: unknown field(s) {unknown} (written by another hetjax version?)"
+            )
+        d = {**LEGACY_DEFAULTS, **d}
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
+
 
 # Numeric ranges of PPOConfig, checked when one is made (names and choices: `make_setup`).
 _INTS = {  # field: smallest value
@@ -166,24 +184,6 @@ def _is_numbers(x) -> bool:
     except (TypeError, ValueError):
         return False
     return True
-
-    def to_dict(self) -> dict:
-        """The config as config.json holds it (tuples as lists); `from_dict` inverts it."""
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> PPOConfig:
-        """The config a run's config.json describes (JSON lists back to tuples). Fields added
-        after the file was written take the value that reproduces what that run did
-        (`LEGACY_DEFAULTS`), not today's default. A field this version does not know (a file
-        from a newer hetjax, or edited by hand) raises `hj.CheckpointError` naming it."""
-        unknown = sorted(set(d) - {f.name for f in fields(cls)})
-        if unknown:
-            raise hj.CheckpointError(
-                f"PPOConfig: unknown field(s) {unknown} (written by another hetjax version?)"
-            )
-        d = {**LEGACY_DEFAULTS, **d}
-        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
 
 
 # Fields added to PPOConfig after runs were saved without them, and the value those runs used.
