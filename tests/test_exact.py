@@ -159,6 +159,7 @@ def test_chain_model_matches_evaluate(case):
     np.testing.assert_allclose(case.exact[..., 3], case.enum.scores, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.x64
 def test_score_matches_enumeration(case):
     g, p, weights = case.graph, case.platform, case.weights
     stats = {}
@@ -174,6 +175,7 @@ def test_score_matches_enumeration(case):
     assert abs(s - case.enum.score) <= RTOL * max(1.0, abs(case.enum.score))
 
 
+@pytest.mark.x64
 def test_latency_matches_enumeration(case):
     g, p = case.graph, case.platform
     for bi, b in enumerate(BATCHES):
@@ -191,6 +193,7 @@ def test_latency_matches_enumeration(case):
                                    rtol=RTOL)  # fmt: skip
 
 
+@pytest.mark.x64
 def test_pareto_matches_enumeration(case):
     g, p = case.graph, case.platform
     plans, m = ex.pareto_front(g, p, BATCHES)
@@ -306,6 +309,7 @@ def _graph(preds, block):
     )  # fmt: skip
 
 
+@pytest.mark.x64
 def test_chain_condition_errors():
     p = hj.hardware.preset("edge")
     ex.check_chain(_graph([[-1, -1], [0, -1], [1, -1], [2, 1]], [0, 0, 1, 1]), p)
@@ -320,6 +324,7 @@ def test_chain_condition_errors():
         ex.check_chain(_graph([[-1, -1], [0, -1]], [0, 1]), hot)
 
 
+@pytest.mark.x64
 def test_input_errors():
     g = random_chain(np.random.default_rng(0), 3)
     p = hj.hardware.pad(hj.hardware.preset("edge"), D_MAX)

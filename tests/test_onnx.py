@@ -53,6 +53,7 @@ def _snapshot(path):
 
 # --- export and round trip ----------------------------------------------------------------------
 @pytest.mark.parametrize("arch", list(TINY))
+@pytest.mark.x64
 def test_round_trip_matches_builtin_graph(files, arch):
     cfg = TINY[arch]
     onnx.checker.check_model(str(files[arch]), full_check=True)
@@ -216,6 +217,7 @@ def _f(name, shape):
     return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
 
 
+@pytest.mark.x64
 def test_flop_conventions_and_scope_free_blocks():
     w = numpy_helper.from_array(np.zeros((8, 16), np.float32), "w")
     k = numpy_helper.from_array(np.zeros((4, 3, 3, 3), np.float32), "k")
@@ -252,6 +254,7 @@ def test_batch_dimension_is_divided_out(files):
     assert float(g3.flops.sum()) == pytest.approx(float(g1.flops.sum()), rel=1e-3)
 
 
+@pytest.mark.x64
 def test_dim_aliases_and_topological_sort():
     nodes = [
         helper.make_node("Relu", ["a"], ["b"], name="/second"),
