@@ -153,6 +153,14 @@ def _check_config(c: PPOConfig) -> None:
             bad(name, "must be a name (str)")
     if isinstance(c.models, str) or not all(isinstance(m, str) for m in c.models):
         bad("models", "must be a tuple of model names")
+    if not all(
+        isinstance(d, tuple) and len(d) == 2 and isinstance(d[0], str)
+        and isinstance(d[1], int | np.integer) and not isinstance(d[1], bool) and d[1] >= 1
+        for d in c.dims
+    ):  # fmt: skip
+        bad("dims", "must be (name, int >= 1) pairs")
+    if c.blocks is not None and not isinstance(c.blocks, str):
+        bad("blocks", "must be None or a regex (str)")
     for name, low in _INTS.items():
         v = getattr(c, name)
         if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < low:
