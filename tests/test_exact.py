@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import NamedTuple
 
 import jax
@@ -361,6 +362,81 @@ def test_optimal_scores_workers_match_one_process(monkeypatch):
         ex.optimal_scores(g, bad, BATCHES, workers=2)
     with pytest.raises(hj.PlanError, match="workers=0"):
         ex.optimal_scores(g, ps, BATCHES, workers=0)
+
+
+_KILLED_PARENT = """
+import sys, time
+import jax
+import hetjax as hj
+
+graph = hj.graphs.transformer("bert-base")
+platforms = hj.hardware.sample(jax.random.key(0), 400, base="edge")  # minutes of search
+try:
+    hj.exact.optimal_scores(graph, platforms, workers=2)
+except KeyboardInterrupt:  # caught, the process lives on: its workers must not
+    print("interrupted", flush=True)
+    time.sleep(120)
+"""
+
+
+def _worker_pids(parent: int | None = None) -> set[int]:
+    """Live worker processes of hetjax.exact (children of `parent` if given)."""
+    from pathlib import Path
+
+    pids = set()
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes()
+            stat = (d / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        state, ppid = stat[0], int(stat[1])
+        if b"hetjax.exact._batch" in cmd and state != "Z" and parent in (None, ppid):
+            pids.add(int(d.name))
+    return pids
+
+
+def _wait_for(condition, timeout: float) -> bool:
+    import time
+
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if condition():
+            return True
+        time.sleep(0.2)
+    return condition()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="scans /proc")
+@pytest.mark.parametrize("how", ["SIGKILL", "SIGTERM", "KeyboardInterrupt"])
+def test_no_worker_outlives_a_killed_caller(how):
+    """The caller of optimal_scores is killed (or interrupted and carries on) while its two
+    workers search: within a short grace period no worker process is left."""
+    import os
+    import signal
+    import subprocess
+    from pathlib import Path
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    parent = subprocess.Popen([sys.executable, "-c", _KILLED_PARENT], env=env,
+                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    workers: set[int] = set()
+    try:
+        assert _wait_for(lambda: len(_worker_pids(parent.pid)) == 2, 240), "no workers started"
+        workers = _worker_pids(parent.pid)
+        sig = {"SIGKILL": signal.SIGKILL, "SIGTERM": signal.SIGTERM}.get(how, signal.SIGINT)
+        parent.send_signal(sig)
+        if how == "KeyboardInterrupt":
+            assert parent.stdout.readline().strip() == "interrupted"
+            assert parent.poll() is None  # the caller lives on
+        assert _wait_for(lambda: not (workers & _worker_pids()), 20), "orphaned workers"
+    finally:
+        parent.kill()
+        parent.wait()
+        for pid in workers & _worker_pids():  # only if the test failed
+            os.kill(pid, signal.SIGKILL)
 
 
 @pytest.mark.parametrize("name", ["edge", "soc", "datacenter"])
