@@ -370,7 +370,7 @@ import jax
 import hetjax as hj
 
 graph = hj.graphs.transformer("bert-base")
-platforms = hj.hardware.sample(jax.random.key(0), 400, base="edge")  # minutes of search
+platforms = hj.hardware.sample(jax.random.key(0), 800, base="edge")  # minutes of search
 try:
     hj.exact.optimal_scores(graph, platforms, workers=2)
 except KeyboardInterrupt:  # caught, the process lives on: its workers must not
@@ -398,6 +398,18 @@ def _worker_pids(parent: int | None = None) -> set[int]:
     return pids
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (0 once it is gone)."""
+    import os
+    from pathlib import Path
+
+    try:
+        stat = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _wait_for(condition, timeout: float) -> bool:
     import time
 
@@ -413,7 +425,8 @@ def _wait_for(condition, timeout: float) -> bool:
 @pytest.mark.parametrize("how", ["SIGKILL", "SIGTERM", "KeyboardInterrupt"])
 def test_no_worker_outlives_a_killed_caller(how):
     """The caller of optimal_scores is killed (or interrupted and carries on) while its two
-    workers search: within a short grace period no worker process is left."""
+    workers search: within a short grace period no worker process is left. (Before workers
+    watched their parent, they searched on as orphans for minutes.)"""
     import os
     import signal
     import subprocess
@@ -426,6 +439,10 @@ def test_no_worker_outlives_a_killed_caller(how):
     try:
         assert _wait_for(lambda: len(_worker_pids(parent.pid)) == 2, 240), "no workers started"
         workers = _worker_pids(parent.pid)
+        # killed mid-search: each worker has its job (imports and compiling take ~2-5 s of
+        # CPU; its 400 bert-base platforms take far longer)
+        busy = lambda: all(_cpu_seconds(w) > 8.0 for w in workers)  # noqa: E731
+        assert _wait_for(busy, 400), "workers never got busy"
         sig = {"SIGKILL": signal.SIGKILL, "SIGTERM": signal.SIGTERM}.get(how, signal.SIGINT)
         parent.send_signal(sig)
         if how == "KeyboardInterrupt":
