@@ -284,6 +284,8 @@ def canonicalise(
         o["outs"] = outs
         o["reads"] = reads
         o["act"] = act_in + sum(nbytes(t) for t in outs)
+        if o["table_gather"]:  # the rows it reads from the table, as well as those it writes
+            o["act"] += sum(nbytes(t) for t in outs)
         o["out"] = sum(nbytes(t) for t in outs)
         o["members"] = tuple(ops[m]["name"] for m in ms)
         out_ops.append(o)

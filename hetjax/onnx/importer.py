@@ -851,18 +851,20 @@ def import_model(
     # blocks (from the node names, before any fusion)
     names = [o["name"] for o in ops]
     gathers = [o["table_gather"] for o in ops]
+    per_node = False
     if blocks is not None:
         assign = _user_blocks(names, blocks, label)
     else:
         assign = _scope_blocks(names, gathers)
-        if assign is None:  # no framework scopes: every node is its own block
+        if assign is None:  # no framework scopes: every node (fused op) is its own block
             assign = [(nm, _kind_of_label(nm)) for nm in names]
+            per_node = True
 
     # canonicalisation (docs/model.md: "Fusion of block-level imports")
     members: tuple[tuple[str, ...], ...] = ()
     folded: tuple[str, ...] = ()
     if fuse:
-        blk = _block_numbers(assign)
+        blk = [0] * len(ops) if per_node else _block_numbers(assign)
         key_of = dict(zip(blk, assign, strict=True))
         known = {k for k, v in OP_TABLE.items()}
         ops, blk, new_consts, gone = canonicalise(
@@ -875,7 +877,10 @@ def import_model(
                 f"{label}: nothing is left to cost after fusion (every node is a view or a "
                 "compile-time constant); import with fuse=False"
             )
-        assign = [key_of[b] for b in blk]
+        if per_node:
+            assign = [(o["name"], _kind_of_label(o["name"])) for o in ops]
+        else:
+            assign = [key_of[b] for b in blk]
         for t in new_consts:
             init_float.setdefault(t, 0.0)
         names = [o["name"] for o in ops]
