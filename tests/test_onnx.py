@@ -295,7 +295,9 @@ def test_more_inputs_than_p_keeps_the_largest():
     with pytest.warns(hjo.OnnxImportWarning, match=r"more than P=4.*'cat'"):
         g = hjo.load_graph(m, {}, fuse=False)  # (fused, the six Relu + Concat are one op)
     np.testing.assert_array_equal(np.asarray(g.preds)[-1], [2, 3, 4, 5])
-    g6 = hjo.load_graph(m, {}, p_max=6, fuse=False)  # enough slots: no warning (warnings are errors here)
+    g6 = hjo.load_graph(
+        m, {}, p_max=6, fuse=False
+    )  # enough slots: no warning (warnings are errors here)
     np.testing.assert_array_equal(np.asarray(g6.preds)[-1], [0, 1, 2, 3, 4, 5])
 
 
