@@ -24,6 +24,9 @@ Conventions (per node, at the shapes resolved from `dims`; docs/calibration.md h
   activations, Transpose and Cast ELEMWISE; shape ops, slicing, masks (Where, comparisons, Trilu)
   and anything unknown CONTROL (unknown op types also cost 1 FLOP per output element and are
   listed in one `OnnxImportWarning`).
+- Fusion (`fuse`, on by default at block granularity, off at op granularity): the per-node ops
+  above are then folded, forwarded and fused as a compiler would before costing them
+  (hetjax/onnx/fusion.py; docs/model.md, "Fusion of block-level imports").
 """
 
 from __future__ import annotations
@@ -866,10 +869,9 @@ def import_model(
     if fuse:
         blk = [0] * len(ops) if per_node else _block_numbers(assign)
         key_of = dict(zip(blk, assign, strict=True))
-        known = {k for k, v in OP_TABLE.items()}
         ops, blk, new_consts, gone = canonicalise(
             ops, blk, shapes=shapes, nbytes=nbytes, static=static, graph_outputs=graph_outputs,
-            known_ops=known, same_type=lambda a, b: types.get(a) == types.get(b),
+            known_ops=set(OP_TABLE), same_type=lambda a, b: types.get(a) == types.get(b),
             float_tensor=lambda t: types.get(t) in _FLOAT_TYPES,
         )  # fmt: skip
         if not ops:
