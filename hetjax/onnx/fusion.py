@@ -31,8 +31,11 @@ per-node ops, in this order, never across a block boundary:
    one op.
 
 A fused op's FLOP is the sum of its members'; its activation bytes are the external tensors it
-reads (each once) plus the one it writes; its output bytes are that output's. Free and folded
-ops' data-movement FLOP (1 per element written) are dropped: no data moves.
+reads (each once; through a Split, the parts it reads) plus the one it writes; its output bytes
+are that output's. A table gather's activation bytes also count the rows it reads from the
+table (the built-in graphs' convention). Free and folded ops' data-movement FLOP (1 per
+element written) are dropped: no data moves. A view that is a graph output is free (it names
+its producer's buffer); a transposed or broadcast graph output stays an op.
 """
 
 from __future__ import annotations
