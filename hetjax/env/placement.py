@@ -440,12 +440,19 @@ class PlacementEnv(Environment):
 
     @functools.cached_property
     def default_params(self) -> EnvParams:
-        """bert-base (seq_len 128, block granularity) on the `edge` preset, default objective."""
+        """bert-base (seq_len 128, block granularity) on the `edge` preset, default objective;
+        on an environment too small for bert-base, bert-tiny (seq_len 64) on `edge` (gymnax's
+        wrappers ask every environment for its default params)."""
         from hetjax.graphs import transformer
         from hetjax.hardware import preset
 
+        base = transformer("bert-base")
+        dims = zip(_graph_dims(base), _graph_dims_of(self), strict=True)
+        fits = all(g <= e for g, e in dims)
+        fits = fits and _max_block_len(base) <= self.l_max
+        graph = base if fits else transformer("bert-tiny", seq_len=64)
         with jax.ensure_compile_time_eval():  # concrete even when first asked inside a trace
-            return self.make_params(transformer("bert-base"), preset("edge"))
+            return self.make_params(graph, preset("edge"))
 
     # -- params (host checks + pure build) -----------------------------------------------------
 
@@ -1019,6 +1026,10 @@ def _max_block_len(graph: LayerGraph) -> int:
 
 def _graph_dims(g: LayerGraph) -> tuple[int, ...]:
     return (g.n_max, g.m_max, g.p_max)
+
+
+def _graph_dims_of(env: PlacementEnv) -> tuple[int, ...]:
+    return (env.n_max, env.m_max, env.p_max)
 
 
 def _platform_dims(p: Platform) -> tuple[int, ...]:
