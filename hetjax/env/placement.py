@@ -258,10 +258,10 @@ def _zero_metrics(m_max: int, d_max: int) -> Metrics:
     """Placeholder metrics of a step that finished no plan (feasible False, zeros)."""
     z = jnp.zeros((), jnp.float32)
     return Metrics(
-        latency=z, throughput=z, energy=z, busy=jnp.zeros((d_max,)),
-        link_busy=jnp.zeros((d_max, d_max)), moved=jnp.zeros((d_max, d_max)),
-        block_time=jnp.zeros((m_max,)), layer_time_std=z, transfer_share=z,
-        mem_used=jnp.zeros((d_max,)), feasible=jnp.zeros((), bool),
+        latency=z, throughput=z, energy=z, busy=jnp.zeros((d_max,), z.dtype),
+        link_busy=jnp.zeros((d_max, d_max), z.dtype), moved=jnp.zeros((d_max, d_max), z.dtype),
+        block_time=jnp.zeros((m_max,), z.dtype), layer_time_std=z, transfer_share=z,
+        mem_used=jnp.zeros((d_max,), z.dtype), feasible=jnp.zeros((), bool),
         unplaceable=jnp.zeros((), jnp.int32),
     )  # fmt: skip
 
@@ -594,7 +594,7 @@ class PlacementEnv(Environment):
         block_start = jax.ops.segment_min(jnp.where(real_op, idx, n), g.block, m)
         block_start = jnp.minimum(block_start, n).astype(jnp.int32)
         block_len = jax.ops.segment_sum(real_op.astype(jnp.int32), g.block, m)
-        num_blocks = jnp.sum(g.block_mask.astype(jnp.int32))
+        num_blocks = jnp.sum(g.block_mask, dtype=jnp.int32)
 
         # bytes each block receives from producers in other blocks (each producer once)
         pred = jnp.maximum(g.preds, 0)
@@ -641,7 +641,9 @@ class PlacementEnv(Environment):
         reference = evaluate(g, p, reference_plan(g, b_ref))
 
         # --- static observation parts
-        kind = jax.nn.one_hot(g.block_kind, NUM_KINDS) * g.block_mask[:, None]  # [M, 4]
+        kind = (
+            jax.nn.one_hot(g.block_kind, NUM_KINDS, dtype=jnp.float32) * g.block_mask[:, None]
+        )  # [M, 4]
         ratio = jnp.log2(_safe(block_time) / _safe(block_time[:, :, :1]))  # [K, M, D]
         ratio = jnp.where(legal[None], ratio, 0.0)
         share = jnp.where(legal[None], block_time / _safe(total0)[:, None, None], 0.0)
@@ -868,7 +870,7 @@ class PlacementEnv(Environment):
 
         trig = trig.reshape(l_max, p_max)
         own = jnp.concatenate(
-            [fin[:, None], jnp.full((l_max, d), -1.0), trig.astype(jnp.float32)], axis=1
+            [fin[:, None], jnp.full((l_max, d), -1.0, fin.dtype), trig.astype(fin.dtype)], axis=1
         )
         sched = jax.lax.dynamic_update_slice(state.sched, own, (start, jnp.zeros((), start.dtype)))
         dst = jnp.where(trig.reshape(-1), pidx, n + l_max)  # not triggered: dropped
@@ -971,10 +973,10 @@ class PlacementEnv(Environment):
             batch_step.astype(f)[None],
             (jnp.clip(state.time - 1, 0, None) / n_blocks)[None].astype(f),
             (params.num_blocks / m)[None].astype(f),
-            jax.nn.one_hot(params.graph.block_kind[j], NUM_KINDS) * on,
-            jax.nn.one_hot(kb, k) * on,
+            jax.nn.one_hot(params.graph.block_kind[j], NUM_KINDS, dtype=jnp.float32) * on,
+            jax.nn.one_hot(kb, k, dtype=jnp.float32) * on,
             (jnp.log1p(in_b / params.mean_bw / t0) * on)[None],
-            jax.nn.one_hot(state.prev_device, d),  # all zero for -1
+            jax.nn.one_hot(state.prev_device, d, dtype=jnp.float32),  # all zero for -1
             dmask.astype(f),
             legal.astype(f) * on,
             jnp.where(legal, jnp.log2(_safe(t) / t0), 0.0) * on,
@@ -992,7 +994,7 @@ class PlacementEnv(Environment):
         blocks = jnp.concatenate(
             [
                 params.block_static[kb],
-                jax.nn.one_hot(state.placement, d) * placed[:, None],
+                jax.nn.one_hot(state.placement, d, dtype=jnp.float32) * placed[:, None],
                 placed[:, None].astype(f),
                 current[:, None].astype(f),
                 params.graph.block_mask[:, None].astype(f),
