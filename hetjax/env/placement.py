@@ -218,6 +218,13 @@ def _pick(col, idx):
     return jnp.sum(jnp.where(hot, col, 0.0), axis=-1)
 
 
+def _float32(tree):
+    """tree with every floating-point leaf cast to float32 (a no-op on float32 leaves)."""
+    return jax.tree.map(
+        lambda x: x.astype(jnp.float32) if jnp.issubdtype(x.dtype, jnp.floating) else x, tree
+    )
+
+
 def _is_traced(tree) -> bool:
     return any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(tree))
 
@@ -543,6 +550,8 @@ class PlacementEnv(Environment):
                     raise PlanError(f"make_params: {name} = {v!r} is out of range")
         if not _is_traced((graph, platform, b_ref)):
             _check_reference_fits(graph, platform, float(np.asarray(b_ref)))
+        # the environment computes in float32, also with jax_enable_x64 (e.g. sampled platforms)
+        graph, platform = _float32(graph), _float32(platform)
         return self._build_params(
             graph, platform, weights, batches, batch_real,
             *(jnp.asarray(v, jnp.float32) for v in scalars.values()),
