@@ -86,7 +86,7 @@ def check_env(env, params, key: jax.Array, num_steps: int | None = None) -> dict
     contains = jax.vmap(space.contains)(rows)
     assert np.all(np.asarray(contains)), "an observation is outside observation_space"
     mask = traj["mask"]
-    if env.flat_obs:
+    if getattr(env, "flat_obs", False):
         _finite("obs", obs)
         features = obs[..., : env.num_features]
         assert np.array_equal(obs[..., env.num_features :] > 0.5, mask), "flat obs mask"
