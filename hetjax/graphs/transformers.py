@@ -177,7 +177,8 @@ class GraphBuilder:
             dict(
                 name=name, cls=cls, flops=float(flops), act=float(act_bytes),
                 out=float(out_bytes), params=float(param_bytes),
-                preds=list(dict.fromkeys(p for p in preds if p is not None)), block=len(self.block_kinds) - 1,
+                preds=list(dict.fromkeys(p for p in preds if p is not None)),
+                block=len(self.block_kinds) - 1,
             )
         )  # fmt: skip
         return len(self.ops) - 1
