@@ -7,9 +7,7 @@ Exports each model (float16, symbolic dims; reused if DIR/<name>.onnx exists), i
 batch 1 and 128 tokens (block granularity: fused as docs/model.md describes, side inputs
 resident), and prints for every preset the exact optimum `hj.exact.optimal_score` of the
 import and of the built-in graph, their relative difference and the reference-plan latencies.
-For models whose export computes Q, K and V with one GEMM (GPT-2's c_attn) it also compares
-the import with the built-in graph whose three projections are merged into one op
-(`merge_qkv`), which is what the export computes. `--explain` prints, per block kind, the op
+`--explain` prints, per block kind, the op
 count and summed op durations on every preset device of both graphs. `--no-fuse` imports
 with fuse=False (the graphs as they were before fusion).
 """
@@ -24,38 +22,6 @@ import numpy as np
 
 import hetjax as hj
 import hetjax.onnx as hjo
-from hetjax.graphs.transformers import op_names
-
-
-def merge_qkv(graph: hj.graphs.LayerGraph, names: list[str]) -> hj.graphs.LayerGraph:
-    """The built-in graph with each layer's q_proj, k_proj, v_proj (consecutive ops reading
-    the same tensor) merged into one op: FLOP, weights and output summed, the input read once."""
-    a = {f: np.asarray(getattr(graph, f)) for f in graph.__dataclass_fields__}
-    n = len(names)
-    head = np.arange(n)
-    for i, nm in enumerate(names):
-        if nm == "q_proj" and names[i + 1 : i + 3] == ["k_proj", "v_proj"]:
-            head[i + 1 : i + 3] = i
-    keep = head == np.arange(n)
-    flops = np.zeros(n, np.float64)
-    params, out, act = flops.copy(), flops.copy(), flops.copy()
-    np.add.at(flops, head, a["flops"])
-    np.add.at(params, head, a["param_bytes"])
-    np.add.at(out, head, a["out_bytes"])
-    np.add.at(act, head, a["act_bytes"])
-    for i in np.flatnonzero(keep & (np.bincount(head, minlength=n) > 1)):
-        shared = a["out_bytes"][a["preds"][i, 0]]  # the input all three read, read once
-        act[i] -= (np.sum(head == i) - 1) * shared
-    new = np.cumsum(keep) - 1
-    preds = []
-    for i in np.flatnonzero(keep):
-        ps = {int(new[head[p]]) for p in a["preds"][i] if p >= 0}
-        preds.append(sorted(ps) + [-1] * (a["preds"].shape[1] - len(ps)))
-    return hj.graphs.LayerGraph.create(
-        op_class=a["op_class"][keep], block=a["block"][keep], block_kind=a["block_kind"],
-        flops=flops[keep], act_bytes=act[keep], param_bytes=params[keep], out_bytes=out[keep],
-        preds=np.asarray(preds),
-    )  # fmt: skip
 
 
 def _explain(g, b, preset: str) -> None:
@@ -94,9 +60,6 @@ def main() -> None:
             hjo.export_transformer(name, path, dtype="float16")
         imp = hjo.import_model(path, {"batch": 1, "sequence": 128}, fuse=not args.no_fuse)
         g, b = imp.graph, hj.graphs.transformer(name, seq_len=128)
-        # fewer MATMUL ops in the import than in the built-in graph: Q, K, V by one GEMM
-        n_mm = [int(np.sum(np.asarray(x.op_class) == hj.graphs.MATMUL)) for x in (g, b)]
-        merged = merge_qkv(b, op_names(name, 128)) if n_mm[0] < n_mm[1] else None
         print(f"{name}: {g.n_max} ops / {g.m_max} blocks (built-in {b.n_max} / {b.m_max}); "
               f"side inputs {list(imp.side_inputs)}")  # fmt: skip
         for preset in hj.hardware.PRESETS:
@@ -107,13 +70,8 @@ def main() -> None:
             t_b = float(hj.evaluate(b, p, hj.reference_plan(b)).latency)
             rel = (s_onnx - s_b) / abs(s_b)
             worst = max(worst, (abs(rel), f"{name} on {preset}"))
-            extra = ""
-            if merged is not None:
-                _, s_m = hj.exact.optimal_score(merged, p)
-                extra = f"; built-in with merged QKV {s_m:.4f} ({(s_onnx - s_m) / abs(s_m):+.2%})"
             print(f"  {preset:10s} optimum onnx {s_onnx:.4f} built-in {s_b:.4f} ({rel:+.2%}); "
-                  f"T_ref onnx {t_onnx * 1e3:.3f} ms built-in {t_b * 1e3:.3f} ms"
-                  + extra)  # fmt: skip
+                  f"T_ref onnx {t_onnx * 1e3:.3f} ms built-in {t_b * 1e3:.3f} ms")  # fmt: skip
             if args.explain:
                 _explain(g, b, preset)
     print(f"worst relative difference: {worst[0]:.2%} ({worst[1]})")
