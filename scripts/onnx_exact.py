@@ -1,7 +1,7 @@
 """Exact score optima of ONNX exports of built-in models against the built-in graphs.
 
     PYTHONPATH=. .venv/bin/python scripts/onnx_exact.py [--models bert-base gpt2 ...] [--dir DIR]
-        [--no-fuse] [--explain]
+        [--no-fuse] [--explain] [--out docs/results/onnx_exact.json]
 
 Exports each model (float16, symbolic dims; reused if DIR/<name>.onnx exists), imports it at
 batch 1 and 128 tokens (block granularity: fused as docs/model.md describes, side inputs
@@ -51,7 +51,9 @@ def main() -> None:
     ap.add_argument("--dir", type=Path, default=None, help="where exports are kept (temp dir)")
     ap.add_argument("--no-fuse", action="store_true", help="import with fuse=False")
     ap.add_argument("--explain", action="store_true", help="per block kind op counts and times")
+    ap.add_argument("--out", type=Path, default=None, help="also write the rows as JSON here")
     args = ap.parse_args()
+    rows = []
     out = args.dir or Path(tempfile.mkdtemp(prefix="hetjax-onnx-"))
     worst = (0.0, "")
     for name in args.models:
@@ -70,11 +72,21 @@ def main() -> None:
             t_b = float(hj.evaluate(b, p, hj.reference_plan(b)).latency)
             rel = (s_onnx - s_b) / abs(s_b)
             worst = max(worst, (abs(rel), f"{name} on {preset}"))
+            rows.append(dict(model=name, preset=preset, onnx_ops=int(g.op_mask.sum()),
+                             builtin_ops=int(b.op_mask.sum()), onnx_optimum=float(s_onnx),
+                             builtin_optimum=float(s_b), rel_diff=float(rel),
+                             onnx_ref_latency_s=t_onnx, builtin_ref_latency_s=t_b))  # fmt: skip
             print(f"  {preset:10s} optimum onnx {s_onnx:.4f} built-in {s_b:.4f} ({rel:+.2%}); "
                   f"T_ref onnx {t_onnx * 1e3:.3f} ms built-in {t_b * 1e3:.3f} ms")  # fmt: skip
             if args.explain:
                 _explain(g, b, preset)
     print(f"worst relative difference: {worst[0]:.2%} ({worst[1]})")
+    if args.out is not None:
+        from hetjax.io import write_json
+
+        write_json(args.out, {"command": "scripts/onnx_exact.py", "fuse": not args.no_fuse,
+                              "tokens": 128, "dtype": "float16", "rows": rows})  # fmt: skip
+        print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

@@ -7,8 +7,9 @@
 Each table in README.md follows a marker line `<!-- table: NAME -->`; NAME is a key of
 `TABLES`. The sources (`SOURCES`) are files that scripts and commands write:
 benchmarks/results/*.json (the benchmarks), docs/results/demo/report.json (`make demo`'s
-runs/demo/report.json), docs/results/compare/PRESET/compare.json (`hetjax compare --out`) and
-docs/fidelity/*.json (`hetjax fidelity --out`). Every number is formatted here, in one place;
+runs/demo/report.json), docs/results/compare/PRESET/compare.json (`hetjax compare --out`),
+docs/results/onnx_exact.json (`scripts/onnx_exact.py --out`) and docs/fidelity/*.json
+(`hetjax fidelity --out`). Every number is formatted here, in one place;
 tests/test_readme.py checks README.md against this module, cell by cell.
 """
 
@@ -29,6 +30,7 @@ COMPARE = ROOT / "docs" / "results" / "compare"
 FIDELITY_RUNS = tuple(
     ROOT / "docs" / "fidelity" / f"2026-11-25-v1.1-run{i}.json" for i in (1, 2, 3)
 )
+ONNX_EXACT = ROOT / "docs" / "results" / "onnx_exact.json"
 PRESETS = ("edge", "soc", "datacenter", "host3")
 COST_ROWS = (
     ("reference (Python f64)", 1),
@@ -252,6 +254,25 @@ def fidelity() -> tuple[Row, list[Row]]:
     return head, rows
 
 
+def onnx() -> tuple[Row, list[Row]]:
+    """scripts/onnx_exact.py: the exact optimum of each ONNX export against the built-in graph."""
+    doc = load(ONNX_EXACT)
+    head = ["ONNX export (fp16, 128 tokens)", "ops: import / built-in", *PRESETS]
+    rows = []
+    for model in dict.fromkeys(r["model"] for r in doc["rows"]):
+        by = {r["preset"]: r for r in doc["rows"] if r["model"] == model}
+        r0 = by[PRESETS[0]]
+        rows.append(
+            [model, f"{r0['onnx_ops']} / {r0['builtin_ops']}"]
+            + [
+                f"{f_fixed(by[p]['onnx_optimum'], 4)} vs {f_fixed(by[p]['builtin_optimum'], 4)} "
+                f"({100 * by[p]['rel_diff']:+.2f}%)"
+                for p in PRESETS
+            ]
+        )
+    return head, rows
+
+
 TABLES: dict[str, Callable[[], tuple[Row, list[Row]]]] = {
     "cost": cost,
     "env": env,
@@ -260,6 +281,7 @@ TABLES: dict[str, Callable[[], tuple[Row, list[Row]]]] = {
     "agent_budget": agent_budget,
     "agent_preset": agent_preset,
     "fidelity": fidelity,
+    "onnx": onnx,
 }
 
 
