@@ -25,6 +25,7 @@ import numpy as np
 import optax
 
 import hetjax as hj
+from hetjax.agents.episode_net import EpisodeActorCritic
 from hetjax.agents.network import ENCODERS, ActorCritic
 from hetjax.env import PlacementEnv
 
@@ -41,12 +42,17 @@ __all__ = [
     "sample_models",
     "concat_teachers",
     "greedy_rollout",
+    "policy_apply",
     "best_of_k_rollout",
     "demo_pairs",
 ]
 
 
 ADVANTAGES = ("gae", "greedy_baseline")
+# the first static group of Observation.features and the first dynamic column group of
+# Observation.blocks (docs/environment.md): what the episode encoder caches per episode
+STATIC_FEATURES_FROM = "batch_choices"
+DYNAMIC_BLOCK_FROM = "placed_on"
 TIES = ("as_solved", "lexmin")  # how the teacher picks among tied plans (teachers.canonical_ties)
 
 
@@ -96,8 +102,11 @@ class PPOConfig:
     dagger_rounds: int = 0
     dagger_platforms: int = 1024
     dagger_steps: int = 2000
-    encoder: str = "deepsets"  # block summary: "deepsets" (pooled MLP) or "attention"
+    # block summary: "deepsets" (pooled MLP), "attention", or "episode" (blocks and platform
+    # encoded once per episode, a small per-step head: agents.episode_net)
+    encoder: str = "deepsets"
     width: int = 128
+    head_width: int = 64  # episode encoder only: the per-step head's width
     heads: int = 4  # attention encoder only
     layers: int = 2  # attention encoder only
     seed: int = 0
@@ -243,8 +252,15 @@ def make_setup(config: PPOConfig) -> Setup:
     graph = graphs[0]
     base = env.pad_platform(base)
     episode_len = 1 + max(int(np.asarray(g.block_mask).sum()) for g in graphs)
-    network = ActorCritic(env.num_actions, config.width, config.heads, config.layers,
-                          config.encoder)  # fmt: skip
+    if config.encoder == "episode":
+        network = EpisodeActorCritic(
+            env.num_actions, env.feature_layout[STATIC_FEATURES_FROM].start,
+            env.block_feature_layout[DYNAMIC_BLOCK_FROM].start, env.d_max, config.width,
+            config.head_width,
+        )  # fmt: skip
+    else:
+        network = ActorCritic(env.num_actions, config.width, config.heads, config.layers,
+                              config.encoder)  # fmt: skip
     minibatch_steps = config.update_epochs * config.num_minibatches * config.num_updates
 
     def lr(count):
@@ -301,16 +317,60 @@ def _sample_action(key, logits, mask, epsilon):
     return jnp.where(explore, uniform, policy)
 
 
+def _episode_fns(setup: Setup, net_params):
+    """(encode, step) of the episode encoder over a batch of environments [E]."""
+    net = setup.network
+    encode = jax.vmap(lambda o: net.apply(net_params, o, method=net.encode))
+    step = jax.vmap(lambda c, o: net.apply(net_params, c, o, method=net.step))
+    return encode, step
+
+
+def policy_apply(setup: Setup, net_params, obs):
+    """(logits f32[..., A], value f32[...]) of observations with any leading axes.
+
+    Observations [T, E] in episode order (step t of environment e's one episode, as
+    `_rollout` stores them) with the "episode" encoder take its cached path, as the rollout
+    did: each episode is encoded at its batch step and at its first block step, and every
+    later step reads the latter. Other shapes, and the other encoders, apply the network to
+    every observation (the full recomputation, equal to the cached path)."""
+    lead = obs.current.shape
+    if setup.config.encoder == "episode" and len(lead) == 2 and lead[0] >= 2:
+        encode, step = _episode_fns(setup, net_params)
+        at = lambda t: jax.tree.map(lambda x: x[t], obs)  # noqa: E731
+        first = step(encode(at(0)), at(0))
+        ctx = encode(at(1))
+        rest = jax.vmap(lambda o: step(ctx, o))(jax.tree.map(lambda x: x[1:], obs))
+        return jax.tree.map(lambda a, b: jnp.concatenate([a[None], b]), first, rest)
+    flat = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[len(lead) :]), obs)
+    logits, value = jax.vmap(setup.network.apply, in_axes=(None, 0))(net_params, flat)
+    return logits.reshape(lead + logits.shape[1:]), value.reshape(lead)
+
+
 def _rollout(setup: Setup, net_params, key, params, epsilon, greedy=False):
-    """One episode per environment (T = episode length steps). Returns Transition [T, E]."""
+    """One episode per environment (T = episode length steps). Returns Transition [T, E].
+
+    The "episode" encoder encodes each environment's episode at the batch step and again at
+    the first block step (the static block rows are read at the chosen batch), then runs only
+    its per-step head."""
     env, net = setup.env, setup.network
     n = jax.tree.leaves(params)[0].shape[0]
     k_reset, k_steps = jax.random.split(key)
     obs, state = jax.vmap(env.reset)(jax.random.split(k_reset, n), params)
+    cached = setup.config.encoder == "episode"
+    if cached:
+        encode, apply_step = _episode_fns(setup, net_params)
+        ctx = encode(obs)
+    else:
+        ctx = None
 
-    def step(carry, k):
-        obs, state, alive = carry
-        logits, value = jax.vmap(net.apply, in_axes=(None, 0))(net_params, obs)
+    def step(carry, xs):
+        obs, state, alive, ctx = carry
+        k, t = xs
+        if cached:
+            ctx = jax.lax.cond(t == 1, encode, lambda _: ctx, obs)
+            logits, value = apply_step(ctx, obs)
+        else:
+            logits, value = jax.vmap(net.apply, in_axes=(None, 0))(net_params, obs)
         ka, ks = jax.random.split(k)
         if greedy:
             action = jnp.argmax(logits, -1)
@@ -323,10 +383,11 @@ def _rollout(setup: Setup, net_params, key, params, epsilon, greedy=False):
         done = term | trunc
         t = Transition(obs, action, logp, value, reward, done, alive,
                        jnp.where(done, info["score"], 0.0))  # fmt: skip
-        return (obs2, state, alive & ~done), t
+        return (obs2, state, alive & ~done, ctx), t
 
     keys = jax.random.split(k_steps, setup.episode_len)
-    _, traj = jax.lax.scan(step, (obs, state, jnp.ones(n, bool)), keys)
+    steps = jnp.arange(setup.episode_len)
+    _, traj = jax.lax.scan(step, (obs, state, jnp.ones(n, bool), ctx), (keys, steps))
     return traj
 
 
@@ -385,8 +446,10 @@ def _greedy_baseline(setup: Setup, net_params, key, params, traj: Transition):
 
 
 def _ppo_loss(setup: Setup, net_params, batch, adv, target):
+    """PPO's loss on transitions with any leading axes ([T, E] whole episodes take the
+    episode encoder's cached path, `policy_apply`)."""
     c = setup.config
-    logits, value = jax.vmap(setup.network.apply, in_axes=(None, 0))(net_params, batch.obs)
+    logits, value = policy_apply(setup, net_params, batch.obs)
     logp = behaviour_log_prob(logits, batch.obs.action_mask, batch.action, c.epsilon)
     w = batch.valid.astype(jnp.float32)
     denom = jnp.maximum(w.sum(), 1.0)
@@ -435,7 +498,7 @@ def make_update(setup: Setup, demos=None, demo_weighted: bool = False):
                 total, info = _ppo_loss(setup, p, *flat)
                 if use_bc:
                     obs, actions, valid = demos
-                    size = min(c.imitation_batch, flat[1].shape[0])
+                    size = min(c.imitation_batch, flat[1].size)
                     pick = jax.random.randint(kd, (size,), 0, actions.shape[0])
                     logits, _ = jax.vmap(setup.network.apply, in_axes=(None, 0))(
                         p, jax.tree.map(lambda x: x[pick], obs)
@@ -454,7 +517,10 @@ def make_update(setup: Setup, demos=None, demo_weighted: bool = False):
                 net_params, opt_state = carry
                 idx, kd = xs
                 tr, a, tg = jax.tree.map(lambda x: x[:, idx], data)
-                flat = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), (tr, a, tg))
+                if c.encoder == "episode":  # whole episodes [T, E/minibatches]: cached path
+                    flat = (tr, a, tg)
+                else:
+                    flat = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), (tr, a, tg))
                 grads, info = jax.grad(loss, has_aux=True)(net_params, flat, kd)
                 updates, opt_state = setup.optimizer.update(grads, opt_state, net_params)
                 return (optax.apply_updates(net_params, updates), opt_state), info
