@@ -31,6 +31,8 @@ from hetjax.env import PlacementEnv
 
 __all__ = [
     "ADVANTAGES",
+    "FROM_SCRATCH",
+    "TEACHERS",
     "PPOConfig",
     "Transition",
     "RunnerState",
@@ -89,7 +91,9 @@ class PPOConfig:
     anneal_lr: bool = True
     epsilon: float = 0.15  # epsilon-greedy exploration (the design's 0.15); 0 = off
     imitation_steps: int = 4000  # behaviour-cloning steps before PPO; 0 = off
-    imitation_teacher: str = "exact"  # "exact" (optimal plans) or a baseline strategy name
+    # "exact" (optimal plans), a baseline strategy name, or "none": learn from scratch (no
+    # cloning, no BC term, and the trainer selects by validation score, never solving exactly)
+    imitation_teacher: str = "exact"
     imitation_platforms: int = 2048  # platforms the teacher solves
     imitation_ties: str = "as_solved"  # tied teacher plans: as the search returns, or "lexmin"
     imitation_batch: int = 1024  # (observation, action) pairs per cloning step
@@ -130,6 +134,17 @@ class PPOConfig:
         d["dims"] = tuple((str(n), int(v)) for n, v in d.get("dims", ()))
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
 
+
+# What `hetjax train --teacher none` trains with (options given on the command line win):
+# no teacher at all, the cheap-step "episode" encoder and the PPO settings measured for
+# learning from scratch (docs/agent.md, "Learning from scratch").
+FROM_SCRATCH = {
+    "imitation_teacher": "none", "imitation_steps": 0, "bc_coef": 0.0,
+    "encoder": "episode", "width": 64, "head_width": 64,
+    "advantage": "greedy_baseline", "lr": 3e-4, "ent_coef": 0.01, "epsilon": 0.05,
+    "num_envs": 256, "num_updates": 200, "num_minibatches": 2, "update_epochs": 2,
+}  # fmt: skip
+TEACHERS = ("exact", "none")  # besides every name in hj.baselines.STRATEGIES
 
 # Fields added to PPOConfig after runs were saved without them, and the value those runs used.
 LEGACY_DEFAULTS = {"bc_coef": 0.0, "imitation_ties": "as_solved", "models": (), "dagger_rounds": 0}
@@ -239,6 +254,14 @@ def make_setup(config: PPOConfig) -> Setup:
         raise hj.PlanError(f"dagger_rounds={config.dagger_rounds} follows cloning of the exact "
                            f"teacher: needs imitation_teacher='exact' (got "
                            f"{config.imitation_teacher!r}) and imitation_steps > 0")  # fmt: skip
+    teachers = TEACHERS + tuple(hj.baselines.STRATEGIES)
+    if config.imitation_teacher not in teachers:
+        raise hj.PlanError(f"imitation_teacher={config.imitation_teacher!r}: must be one of "
+                           f"{teachers}")  # fmt: skip
+    if config.imitation_teacher == "none" and (config.imitation_steps or config.bc_coef):
+        raise hj.PlanError(f"imitation_teacher='none' learns without a teacher: needs "
+                           f"imitation_steps=0 (got {config.imitation_steps}) and bc_coef=0 "
+                           f"(got {config.bc_coef})")  # fmt: skip
     if not 0.0 <= config.epsilon < 1.0:
         raise hj.PlanError(f"epsilon={config.epsilon}: must be in [0, 1)")
     names = (config.model,) + tuple(config.models)
