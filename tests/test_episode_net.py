@@ -121,6 +121,25 @@ def test_teacher_none_refuses_a_teacher_and_unknown_teachers_are_refused():
     ppo.make_setup(dataclasses.replace(EPISODE, **ppo.FROM_SCRATCH))  # a valid config
 
 
+def test_group_mean_advantage_is_return_minus_the_others_mean():
+    t, g, groups = 3, 4, 2
+    rng = np.random.default_rng(0)
+    reward = rng.normal(size=(t, g * groups)).astype(np.float32)
+    valid = np.ones((t, g * groups), bool)
+    valid[2, 1] = False  # a step after that environment's episode ended: not counted
+    z = np.zeros((t, g * groups), np.float32)
+    traj = ppo.Transition(None, z.astype(np.int32), z, z, reward, valid, valid, z)
+    adv, target = ppo._group_mean(traj, g)
+    ret = np.where(valid, reward, 0.0).sum(0).reshape(groups, g)
+    others = (ret.sum(1, keepdims=True) - ret) / (g - 1)
+    to_go = np.flip(np.cumsum(np.flip(np.where(valid, reward, 0.0), 0), 0), 0)
+    np.testing.assert_allclose(np.asarray(target), to_go, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(adv), to_go - others.reshape(-1)[None], rtol=1e-5,
+                               atol=1e-6)  # fmt: skip
+    with pytest.raises(hj.PlanError, match="group_size=3"):
+        ppo.make_setup(dataclasses.replace(EPISODE, advantage="group_mean", group_size=3))
+
+
 def test_episode_encoder_is_a_known_choice():
     with pytest.raises(hj.PlanError, match="encoder='pointer'"):
         ppo.make_setup(dataclasses.replace(EPISODE, encoder="pointer"))

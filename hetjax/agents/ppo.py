@@ -50,7 +50,7 @@ __all__ = [
 ]
 
 
-ADVANTAGES = ("gae", "greedy_baseline")
+ADVANTAGES = ("gae", "greedy_baseline", "group_mean")
 # the first static group of Observation.features and the first dynamic column group of
 # Observation.blocks (docs/environment.md): what the episode encoder caches per episode
 STATIC_FEATURES_FROM = "batch_choices"
@@ -80,7 +80,11 @@ class PPOConfig:
     num_updates: int = 30  # PPO updates (one episode per environment each)
     update_epochs: int = 4
     num_minibatches: int = 4
-    advantage: str = "gae"  # "gae" or "greedy_baseline" (return minus the greedy policy's)
+    # "gae", "greedy_baseline" (return minus the greedy policy's) or "group_mean": each sampled
+    # platform is run by `group_size` environments, and an episode's advantage is its return
+    # minus the mean return of the others on its platform (leave-one-out; no critic)
+    advantage: str = "gae"
+    group_size: int = 8  # group_mean only: environments per sampled platform
     gamma: float = 1.0  # episodic, terminal reward
     gae_lambda: float = 0.95
     clip_eps: float = 0.2
@@ -239,6 +243,11 @@ def make_setup(config: PPOConfig) -> Setup:
         )
     if config.advantage not in ADVANTAGES:
         raise hj.PlanError(f"advantage={config.advantage!r}: must be one of {ADVANTAGES}")
+    if config.advantage == "group_mean" and (
+        config.group_size < 2 or config.num_envs % config.group_size
+    ):
+        raise hj.PlanError(f"group_size={config.group_size}: group_mean needs >= 2 that divides "
+                           f"num_envs={config.num_envs}")  # fmt: skip
     if config.imitation_ties not in TIES:
         raise hj.PlanError(f"imitation_ties={config.imitation_ties!r}: must be one of {TIES}")
     if config.encoder not in ENCODERS:
@@ -468,6 +477,16 @@ def _greedy_baseline(setup: Setup, net_params, key, params, traj: Transition):
     return to_go - base[None], to_go
 
 
+def _group_mean(traj: Transition, g: int):
+    """Advantages and value targets [T, E] against the mean return of the other g - 1 episodes
+    on the same platform (environments e = i * g + j share platform i)."""
+    rewards = jnp.where(traj.valid, traj.reward, 0.0)
+    to_go = jnp.flip(jnp.cumsum(jnp.flip(rewards, 0), 0), 0)  # [T, E]
+    ret = to_go[0].reshape(-1, g)  # [E/g, g] episode returns
+    others = (ret.sum(1, keepdims=True) - ret) / (g - 1)
+    return to_go - others.reshape(-1)[None], to_go
+
+
 def _ppo_loss(setup: Setup, net_params, batch, adv, target):
     """PPO's loss on transitions with any leading axes ([T, E] whole episodes take the
     episode encoder's cached path, `policy_apply`)."""
@@ -501,12 +520,20 @@ def make_update(setup: Setup, demos=None, demo_weighted: bool = False):
 
     def update(runner: RunnerState):
         key, k_plat, k_roll, k_perm = jax.random.split(runner.key, 4)
-        params = _env_params(setup, sample_platforms(setup, k_plat, c.num_envs),
-                             sample_models(setup, k_plat, c.num_envs))  # fmt: skip
+        if c.advantage == "group_mean":  # group_size environments per platform (and model)
+            n = c.num_envs // c.group_size
+            rep = lambda x: jnp.repeat(x, c.group_size, axis=0)  # noqa: E731
+            params = jax.tree.map(rep, _env_params(setup, sample_platforms(setup, k_plat, n),
+                                                   sample_models(setup, k_plat, n)))  # fmt: skip
+        else:
+            params = _env_params(setup, sample_platforms(setup, k_plat, c.num_envs),
+                                 sample_models(setup, k_plat, c.num_envs))  # fmt: skip
         k_roll, k_base = jax.random.split(k_roll)
         traj = _rollout(setup, runner.params, k_roll, params, c.epsilon)
         if c.advantage == "greedy_baseline":
             adv, target = _greedy_baseline(setup, runner.params, k_base, params, traj)
+        elif c.advantage == "group_mean":
+            adv, target = _group_mean(traj, c.group_size)
         else:
             adv, target = _gae(traj, c.gamma, c.gae_lambda)
         # flatten [T, E] -> minibatches over environments (whole episodes stay together)
