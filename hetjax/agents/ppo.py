@@ -145,8 +145,8 @@ class PPOConfig:
 FROM_SCRATCH = {
     "imitation_teacher": "none", "imitation_steps": 0, "bc_coef": 0.0,
     "encoder": "episode", "width": 64, "head_width": 64,
-    "advantage": "greedy_baseline", "lr": 3e-4, "ent_coef": 0.01, "epsilon": 0.05,
-    "num_envs": 256, "num_updates": 200, "num_minibatches": 2, "update_epochs": 2,
+    "advantage": "greedy_baseline", "lr": 1e-3, "ent_coef": 0.01, "epsilon": 0.05,
+    "num_envs": 256, "num_updates": 400, "num_minibatches": 2, "update_epochs": 2,
 }  # fmt: skip
 TEACHERS = ("exact", "none")  # besides every name in hj.baselines.STRATEGIES
 

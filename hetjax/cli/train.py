@@ -56,7 +56,13 @@ def train_cmd(
     advantage: Annotated[str | None, typer.Option(help="gae | greedy_baseline")] = None,
     encoder: Annotated[str | None, typer.Option(help="deepsets | attention | episode")] = None,
     held_out: Annotated[int, typer.Option(help="held-out platforms")] = 256,
-    chunk: Annotated[int, typer.Option(help="PPO updates per jitted chunk")] = 10,
+    chunk: Annotated[
+        int | None,
+        typer.Option(
+            help="PPO updates per jitted chunk (default 10; --teacher none: "
+            "num_updates // 100, a learning curve of 100 points)"
+        ),
+    ] = None,
     best_of: Annotated[
         int,
         typer.Option(help="the policy's plan: best of the greedy and K sampled (0 = greedy)"),
@@ -112,6 +118,8 @@ def train_cmd(
         with checks.naming("--models" if name in extra else "--model", name):
             load_model(config, name)
     make_setup(config)  # the config's own rules (e.g. num_envs a multiple of num_minibatches)
+    if chunk is None:
+        chunk = max(1, config.num_updates // 100) if teacher == "none" else 10
     doc = train_job(config, out, resume=resume, held_out=held_out, chunk=chunk, best_of=best_of)
     p, h = doc["preset"], doc["held_out"]
     t = Table(title=f"learned policy: {model} on {platform}")
