@@ -181,7 +181,12 @@ class Trainer:
             best_gap = extra.get("best_val_gap_pct", float("inf"))  # the selection criterion
         else:
             runner, imitation_done = template, False
-        with _status(progress, f"exact optima of {self.n_validation} validation platforms"):
+        what = (
+            "validation platforms (no teacher: no exact optima)"
+            if c.imitation_teacher == "none"
+            else f"exact optima of {self.n_validation} validation platforms"
+        )
+        with _status(progress, what):
             val_platforms, val_models, val_opt = self._validation()
 
         def validate(params) -> dict:
