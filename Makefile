@@ -20,6 +20,8 @@ test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/pytest -q -n 2
+	# the tests marked x64 (together they call every public function) once more in float64
+	JAX_ENABLE_X64=1 $(BIN)/pytest -q -n 2 -m x64
 
 lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

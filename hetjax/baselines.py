@@ -35,12 +35,14 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+import numbers
 from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
+from hetjax._validation import check_graph_and_platform
 from hetjax.cost import (
     DEFAULT_CHUNK,
     DEFAULT_WEIGHTS,
@@ -253,9 +255,14 @@ def _check(name: str, batches, weights) -> tuple[tuple[float, ...], tuple[float,
         ) from None
     if not b or not all(math.isfinite(x) and x >= 1 for x in b):
         raise PlanError(f"{name}: batches = {batches!r}: need at least one batch, each >= 1")
-    w = tuple(float(x) for x in weights)
+    try:
+        w = tuple(float(x) for x in weights)
+    except (TypeError, ValueError):
+        raise PlanError(f"{name}: weights = {weights!r}: need (alpha, beta, gamma)") from None
     if len(w) != 3:
         raise PlanError(f"{name}: weights = {weights!r}: need (alpha, beta, gamma)")
+    if not all(math.isfinite(x) for x in w):
+        raise PlanError(f"{name}: weights = {weights!r}: must be finite")
     return b, w
 
 
@@ -412,6 +419,7 @@ def _per_batch(rule, key, graph, platform, batches):
 
 def _make(rule: BlockRule, name: str, doc: str) -> Strategy:
     def strategy(key, graph, platform, batches=DEFAULT_BATCHES, *, weights=DEFAULT_WEIGHTS):
+        check_graph_and_platform(name, graph, platform)
         b, w = _check(name, batches, weights)
         return select_best(graph, platform, *_per_batch(rule, key, graph, platform, b), w)[0]
 
@@ -427,8 +435,8 @@ def _make(rule: BlockRule, name: str, doc: str) -> Strategy:
 def all_on(device: int) -> Strategy:
     """A strategy putting every block on `device` (static int); blocks it cannot run (and all
     blocks, if it is not a real device) fall back to device 0."""
-    if device < 0:
-        raise PlanError(f"all_on: device = {device}: must be >= 0")
+    if isinstance(device, bool) or not isinstance(device, numbers.Integral) or device < 0:
+        raise PlanError(f"all_on: device = {device!r}: must be an int >= 0")
     return _make(
         _all_on_rule(device),
         f"all_on_{device}",
@@ -487,6 +495,7 @@ def all_on_best_device(
     key, graph: LayerGraph, platform: Platform, batches=DEFAULT_BATCHES, *, weights=DEFAULT_WEIGHTS
 ) -> Plan:
     """`all_on(d)` for every device d and every batch; the best SPEC score wins -> `Plan`."""
+    check_graph_and_platform("all_on_best_device", graph, platform)
     b, w = _check("all_on_best_device", batches, weights)
     return select_best(graph, platform, *_all_on_each(graph, platform, b), w)[0]
 
@@ -522,9 +531,10 @@ def random_search(
     """K (static) random block placements, each block uniform over its legal devices, times
     every batch; candidate 0 is all-on-device-0 (so never worse than `all_gpu`). Best SPEC
     score -> `Plan`. K * len(batches) simulations."""
+    check_graph_and_platform("random_search", graph, platform)
     b, w = _check("random_search", batches, weights)
-    if k < 1:
-        raise PlanError(f"random_search: k = {k}: must be >= 1")
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
+        raise PlanError(f"random_search: k = {k!r}: must be an int >= 1")
     return select_best(graph, platform, *_random_placements(key, graph, platform, int(k), b), w)[0]
 
 
@@ -620,6 +630,7 @@ def cem(
     (all static); the feasible elite fraction refits them with smoothing. The first round
     includes all-on-device-0 at every batch (never worse than `all_gpu`). The best SPEC score
     seen -> `Plan`. population * iterations simulations (defaults: 1536, as `random_search`)."""
+    check_graph_and_platform("cem", graph, platform)
     b, w = _check("cem", batches, weights)
     if population < len(b):
         raise PlanError(f"cem: population = {population}: must be >= len(batches) = {len(b)}")

@@ -17,7 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from hetjax.errors import PlanError
+from hetjax._validation import check_graph_and_platform, check_weights, validate_once
+from hetjax.errors import GraphError, PlanError
 from hetjax.graphs.core import EMBED, LayerGraph
 from hetjax.hardware.core import Platform
 
@@ -57,8 +58,24 @@ class Plan:
 
     @classmethod
     def from_blocks(cls, graph: LayerGraph, block_placement, batch) -> Plan:
-        """Expand a block-level placement int32[..., M] to ops: placement[i] = bp[block[i]]."""
-        bp = jnp.asarray(block_placement, jnp.int32)
+        """Expand a block-level placement int32[..., M] to ops: placement[i] = bp[block[i]].
+
+        The last axis must have exactly `graph.m_max` entries (checked at trace time too)."""
+        if not isinstance(graph, LayerGraph):
+            raise GraphError(
+                f"Plan.from_blocks: graph = {type(graph).__name__}: expected a hetjax LayerGraph"
+            )
+        bp = jnp.asarray(block_placement)
+        if bp.ndim < 1 or bp.shape[-1] != graph.m_max:
+            raise PlanError(
+                f"Plan.from_blocks: block_placement has shape {bp.shape}: expected [..., "
+                f"{graph.m_max}] (one device per block, m_max={graph.m_max})"
+            )
+        if not (jnp.issubdtype(bp.dtype, jnp.integer) or jnp.issubdtype(bp.dtype, jnp.bool_)):
+            raise PlanError(
+                f"Plan.from_blocks: block_placement has dtype {bp.dtype}: expected integers"
+            )
+        bp = bp.astype(jnp.int32)
         placement = jnp.take_along_axis(
             bp, jnp.broadcast_to(graph.block, bp.shape[:-1] + graph.block.shape[-1:]), axis=-1
         )
@@ -68,9 +85,12 @@ class Plan:
     def create(cls, placement, batch) -> Plan:
         """A plan from array-likes (int32 placement, float32 batch >= 1, checked when concrete)."""
         batch = _checked_batch(batch)
-        return cls(
-            placement=jnp.asarray(placement, jnp.int32), batch=jnp.asarray(batch, jnp.float32)
-        )
+        pl = jnp.asarray(placement)
+        if pl.ndim < 1:
+            raise PlanError(f"Plan.placement has shape {pl.shape}: expected [..., N] (ops)")
+        if not (jnp.issubdtype(pl.dtype, jnp.integer) or jnp.issubdtype(pl.dtype, jnp.bool_)):
+            raise PlanError(f"Plan.placement has dtype {pl.dtype}: expected integers (devices)")
+        return cls(placement=pl.astype(jnp.int32), batch=jnp.asarray(batch, jnp.float32))
 
 
 @struct.dataclass
@@ -393,7 +413,16 @@ def evaluate(
     Pure and jittable. `plan` may have leading batch axes (many plans for this graph and
     platform, simulated together in chunks of `chunk` plans); the result then has the same
     leading axes. Differentiable w.r.t. the platform's float fields.
+
+    Concrete inputs are validated first (graph, platform and batch: `GraphError`,
+    `PlatformError`, `PlanError`); traced ones (inside jit / vmap) only by shape.
     """
+    check_graph_and_platform("evaluate", graph, platform)
+    if not isinstance(plan, Plan):
+        raise PlanError(f"evaluate: plan = {type(plan).__name__}: expected a hetjax Plan")
+    if isinstance(chunk, bool) or not isinstance(chunk, int | np.integer) or chunk < 1:
+        raise PlanError(f"evaluate: chunk = {chunk!r}: must be an int >= 1")
+    validate_once(plan, lambda p: _checked_batch(p.batch))
     placement = jnp.asarray(plan.placement, jnp.int32)
     lead = placement.shape[:-1]
     if placement.shape[-1] != graph.n_max:
@@ -421,8 +450,13 @@ def score(metrics: Metrics, reference: Metrics, weights=DEFAULT_WEIGHTS) -> jax.
     """SPEC objective: alpha*T_ref/T + beta*X/X_ref - gamma*E/E_ref (unitless; -inf if infeasible).
 
     `reference` is the reference plan's metrics; the reference plan itself scores
-    alpha + beta - gamma (0.8 with the default weights).
+    alpha + beta - gamma (0.8 with the default weights). `weights` must be three finite
+    numbers (`PlanError` otherwise, checked when concrete).
     """
+    for name, m in (("metrics", metrics), ("reference", reference)):
+        if not isinstance(m, Metrics):
+            raise PlanError(f"score: {name} = {type(m).__name__}: expected hetjax Metrics")
+    check_weights(weights, "score")
     alpha, beta, gamma = weights
     t = jnp.where(metrics.feasible, metrics.latency, 1.0)
     e = jnp.where(metrics.feasible, metrics.energy, 0.0)

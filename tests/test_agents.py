@@ -35,6 +35,7 @@ def teacher(setup):
     return agents.make_teacher(setup, jax.random.key(7))
 
 
+@pytest.mark.x64
 def test_masked_logits_are_finite_and_exclude_illegal_actions():
     logits = agents.masked_logits(jnp.array([1.0, 2.0, 3.0]), jnp.array([True, False, True]))
     p = jax.nn.softmax(logits)
@@ -42,6 +43,7 @@ def test_masked_logits_are_finite_and_exclude_illegal_actions():
     assert jnp.isclose(p.sum(), 1.0)
 
 
+@pytest.mark.x64
 def test_behaviour_mixture_log_prob():
     logits = jnp.log(jnp.array([[0.7, 0.0, 0.3]]) + 1e-30)
     mask = jnp.array([[True, False, True]])
@@ -52,6 +54,7 @@ def test_behaviour_mixture_log_prob():
         np.testing.assert_allclose(np.array(probs), want, atol=1e-6)
 
 
+@pytest.mark.x64
 def test_sampling_follows_the_mixture():
     logits = agents.masked_logits(jnp.array([10.0, 0.0, -10.0, 0.0]),
                                   jnp.array([True, True, True, False]))  # fmt: skip
@@ -348,6 +351,7 @@ def test_greedy_baseline_advantage_is_return_minus_greedy_return(setup):
                                rtol=1e-6)  # fmt: skip
 
 
+@pytest.mark.x64
 def test_config_rejects_unknown_choices():
     import hetjax as hj
 

@@ -168,6 +168,7 @@ def _toy_platform(link_bw, npu_capacity=1e9):
     )
 
 
+@pytest.mark.x64
 def test_block_costs_by_hand():
     c = np.asarray(jax.jit(bl.block_costs)(_toy_graph(), _toy_platform(1e9), 1.0))
     # 1e9 FLOP at 1e12 / 4e12 (MATMUL) and 1e12 / 0.5e12 (ATTN) FLOP/s
@@ -188,6 +189,7 @@ def test_greedy_eft_toy_chain_and_no_retrace():
     assert float(slow.batch) == 1.0
 
 
+@pytest.mark.x64
 def test_rules_toy_chain_by_hand():
     g, p = _toy_graph(), _toy_platform(1e10)
     rules = jax.jit(lambda g, p: {k: r(None, g, p, 1.0) for k, r in bl.BLOCK_RULES.items()})
@@ -206,6 +208,7 @@ def test_rules_toy_chain_by_hand():
         assert np.asarray(full[k]).tolist() == [0, 0], k
 
 
+@pytest.mark.x64
 def test_bad_arguments(tiny):
     p = hj.hardware.preset("edge")
     with pytest.raises(hj.PlanError, match="batches"):
@@ -219,6 +222,7 @@ def test_bad_arguments(tiny):
     assert bl.get("cem") is bl.cem
 
 
+@pytest.mark.x64
 def test_strategies_unbatched_on_toy():
     g, p = _toy_graph(), _toy_platform(1e10)
     batches = (1, 2)

@@ -46,7 +46,7 @@ def test_evaluate_json_matches_python_api():
     "args, needle",
     [
         (["evaluate", "--model", "bert-huge"], "unknown model 'bert-huge'"),
-        (["evaluate", "--platform", "moon"], "unknown platform 'moon'"),
+        (["evaluate", "--platform", "moon"], "--platform 'moon': not a preset"),
         (["evaluate", "--placement", "all-7", "--model", "bert-tiny"], "placement 'all-7'"),
         (["evaluate", "--batch", "0", "--model", "bert-tiny"], "--batch 0"),
     ],

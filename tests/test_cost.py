@@ -46,6 +46,7 @@ def _row(plan, k):
     return jax.tree.map(lambda x: x[k], plan)
 
 
+@pytest.mark.x64
 def test_jit_traces_once():
     chex.clear_trace_counter()
     ev = jax.jit(chex.assert_max_traces(hj.evaluate, n=1))
@@ -59,6 +60,7 @@ def test_jit_traces_once():
         ev(unpadded, _platform(), hj.reference_plan(unpadded))
 
 
+@pytest.mark.x64
 def test_vmap_over_sampled_platforms():
     g = hst.tiny_model()
     ps = hst.sample(jax.random.key(0), n=16, base=_platform(), spread=3.0)
@@ -84,6 +86,7 @@ def _jacobian(floats, platform, g, plan):
     return latency_and_score(floats), jax.jacrev(latency_and_score)(floats)
 
 
+@pytest.mark.x64
 def test_grad_wrt_platform_is_finite_and_consistent():
     g, p = hst.tiny_model(), _platform()
     plan = _row(_plans(g, 3, 1, seed=5), 0)
@@ -108,6 +111,7 @@ def test_grad_wrt_platform_is_finite_and_consistent():
     assert float(jnp.abs(gs["p_busy"]).sum()) > 0  # the score sees energy
 
 
+@pytest.mark.x64
 @pytest.mark.parametrize("name", ["edge", "soc", "datacenter", "host3"])
 def test_reference_plan_scores_alpha_plus_beta_minus_gamma(name):
     g, p = hst.tiny_model(), _platform(name)
@@ -123,6 +127,7 @@ def test_reference_plan_scores_alpha_plus_beta_minus_gamma(name):
     assert float(hj.score(infeasible, ref)) == -np.inf
 
 
+@pytest.mark.x64
 def test_evaluate_under_lax_scan():
     g, p = hst.tiny_model(), _platform()
     plans = _plans(g, 3, 4, seed=9)

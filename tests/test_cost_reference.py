@@ -74,6 +74,7 @@ def _check_case(g, p, placement, batch, tol, evaluate=_evaluate):
     return m, r
 
 
+@pytest.mark.x64
 @settings(max_examples=60, **SETTINGS)
 @given(hst.cases())
 def test_evaluate_agrees_with_reference_f32(case):
@@ -140,6 +141,7 @@ def test_batched_plans_equal_per_plan(g, p, placements, batches):
             assert_agree(m_k, r, ref_plan, 1e-4, f"plan {k}")
 
 
+@pytest.mark.x64
 @settings(max_examples=30, **SETTINGS)
 @given(hst.cases())
 def test_score_agrees_with_reference(case):
@@ -212,6 +214,7 @@ def _close(m, r, field, expected, rtol=1e-5):
         assert not rest.any(), (field, got)
 
 
+@pytest.mark.x64
 def test_weight_streaming_extension():
     """Cost model 1.1: with weight_bw > 0 a non-EMBED op's weights stream on top of compute and
     only activations share the max(); EMBED ops and weight_bw = 0 devices are version 1."""
@@ -230,6 +233,7 @@ def test_weight_streaming_extension():
     _close(m, r, "block_time", [5e-3, 5e-3, 5e-3])
 
 
+@pytest.mark.x64
 def test_chain_across_two_devices():
     # op0 on d0 (2 s at b=2), link 0->1 (1 ms + 2e3 B / 1e6 B/s = 3 ms), op1 on d1 (1 s),
     # link 1->0 (3 ms), op2 on d0 (2 s): T = 5.006 s.
@@ -270,6 +274,7 @@ def test_two_transfers_queue_on_one_link_in_trigger_order():
     _close(m, r, "throughput", 1.0 / 3.0)
 
 
+@pytest.mark.x64
 def test_unsupported_class_is_infeasible():
     peak = [[1e9] * 6, [2e9] * 5 + [0.0]]  # device 1 cannot run CONTROL
     p = _platform(peak=peak)
@@ -284,6 +289,7 @@ def test_unsupported_class_is_infeasible():
     _close(m, r, "transfer_share", 0.004 / 2.004)
 
 
+@pytest.mark.x64
 def test_out_of_range_device_runs_on_device_0():
     g = _graph([[-1], [0], [1]], [1e9] * 3, [1e3] * 3)
     p = hj.hardware.pad(_platform(), 3)  # device 2 is padding
@@ -294,6 +300,7 @@ def test_out_of_range_device_runs_on_device_0():
         _close(m, r, "moved", np.zeros((3, 3)))
 
 
+@pytest.mark.x64
 def test_memory_overflow_is_infeasible():
     p = _platform(mem_capacity=[1e12, 5e5])
     g = _graph([[-1], [0]], [1e9] * 2, [1e3] * 2, param_bytes=[1e6, 4e5], act_bytes=[0.0, 1e4])
@@ -306,6 +313,7 @@ def test_memory_overflow_is_infeasible():
     assert float(m.latency) == np.inf and float(m.throughput) == 0.0
 
 
+@pytest.mark.x64
 def test_empty_graph():
     g = hj.LayerGraph.create(
         op_class=[0, 0], block=[0, 0], block_kind=[0], flops=[1.0, 1.0], act_bytes=[1.0, 1.0],

@@ -62,6 +62,7 @@ def test_bert_base_blocks():
     assert len(hj.graphs.op_names("bert-base", 128)) == g.n_max
 
 
+@pytest.mark.x64
 def test_builtins_form_a_chain_of_blocks():
     """SPEC chain condition (a)+(b): each block after the first takes exactly one outside
     tensor, the previous block's last op; every real op after block 0 has a predecessor."""
@@ -80,6 +81,7 @@ def test_builtins_form_a_chain_of_blocks():
             assert {p for p in ins if block[p] != j} == {last[j - 1]}, (name, j)
 
 
+@pytest.mark.x64
 def test_spec_flop_conventions():
     cfg = hj.graphs.MODELS["bert-tiny"]
     s, d = 32, cfg.d_model
@@ -99,6 +101,7 @@ def test_spec_flop_conventions():
     assert all((np.asarray(g.preds)[k] >= 0).sum() == 2 for k in residual)
 
 
+@pytest.mark.x64
 def test_pad_round_trip():
     g = hj.graphs.transformer("bert-tiny", seq_len=16)
     gp = hj.graphs.pad(g, g.n_max + 5, g.m_max + 3, 4)
@@ -156,6 +159,7 @@ def test_padding_does_not_change_metrics():
             assert full[2:].sum() == 0 and full[:, 2:].sum() == 0, f
 
 
+@pytest.mark.x64
 def test_stack_unstack_round_trip():
     gs = [hj.graphs.transformer(n, seq_len=16) for n in ("bert-tiny", "bert-mini")]
     st = hj.graphs.stack(gs)
@@ -176,6 +180,7 @@ def _tiny(arch):
     )  # fmt: skip
 
 
+@pytest.mark.x64
 def test_stacked_models_evaluate_in_one_vmapped_call():
     models = ["bert-tiny", _tiny("gpt2"), _tiny("llama")]
     graphs = [hj.graphs.transformer(m, seq_len=16, n_max=PAD_N, m_max=PAD_M) for m in models]
@@ -197,6 +202,7 @@ def test_stacked_models_evaluate_in_one_vmapped_call():
             np.testing.assert_allclose(getattr(out, f)[k], getattr(m, f), rtol=1e-6, err_msg=f)
 
 
+@pytest.mark.x64
 def test_plan_from_blocks():
     g = hj.graphs.transformer("bert-tiny", seq_len=8)
     bp = np.arange(g.m_max) % 2

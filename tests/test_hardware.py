@@ -13,6 +13,8 @@ import hetjax as hj
 from hetjax.graphs import CONTROL
 from hetjax.hardware import DEVICES, PRESETS
 
+pytestmark = pytest.mark.x64
+
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
 def test_preset_validates(name):
@@ -165,3 +167,27 @@ def test_weight_streaming_field_defaults_samples_and_files(tmp_path):
     del doc["fields"]["weight_bw"]
     path.write_text(json.dumps(doc))
     assert not np.asarray(hj.hardware.load(path).weight_bw).any()
+
+
+def test_sample_keeps_the_base_link_kind():
+    """The SoC's shared-memory copy stays a shared-memory copy (issue #19): its sampled links
+    are the base link times the perturbation, not PCIe/NVLink draws; `links=` still asks for
+    other types, and the PCIe presets draw from SAMPLED_LINKS as before."""
+    key, shared = jax.random.key(0), hj.hardware.LINKS["shared_lpddr5x"]
+    soc = hst.sample(key, n=64, base=hj.hardware.preset("soc"), spread=2.0)
+    hj.hardware.validate(soc)
+    for field, value in (("link_bw", shared.bw), ("link_latency", shared.latency),
+                         ("link_energy", shared.energy_per_byte)):  # fmt: skip
+        ratio = np.asarray(getattr(soc, field))[:, 0, 1] / value
+        assert ((ratio >= 0.5 * (1 - 1e-6)) & (ratio <= 2.0 * (1 + 1e-6))).all(), field
+    edge = hst.sample(key, n=64, base=hj.hardware.preset("edge"), spread=2.0)
+    assert not np.array_equal(soc.link_bw, edge.link_bw)
+    # edge's PCIe link draws every interconnect type: bandwidths beyond one type's 2x range
+    bw = np.asarray(edge.link_bw)[:, 0, 1]
+    assert bw.max() / bw.min() > 4.0 * 1.01
+    asked = hj.hardware.sample(key, 64, base="soc", links=hj.hardware.SAMPLED_LINKS)
+    np.testing.assert_array_equal(asked.link_bw, edge.link_bw)
+    # a hand-made link is kept too
+    own = hj.hardware.preset("edge").replace(link_bw=np.full((2, 2), 1e9, np.float32))
+    ratio = np.asarray(hj.hardware.sample(key, 64, base=own).link_bw)[:, 1, 0] / 1e9
+    assert ((ratio >= 0.5 * (1 - 1e-6)) & (ratio <= 2.0 * (1 + 1e-6))).all()

@@ -53,6 +53,7 @@ def _snapshot(path):
 
 # --- export and round trip ----------------------------------------------------------------------
 @pytest.mark.parametrize("arch", list(TINY))
+@pytest.mark.x64
 def test_round_trip_matches_builtin_graph(files, arch):
     cfg = TINY[arch]
     onnx.checker.check_model(str(files[arch]), full_check=True)
@@ -216,6 +217,7 @@ def _f(name, shape):
     return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
 
 
+@pytest.mark.x64
 def test_flop_conventions_and_scope_free_blocks():
     w = numpy_helper.from_array(np.zeros((8, 16), np.float32), "w")
     k = numpy_helper.from_array(np.zeros((4, 3, 3, 3), np.float32), "k")
@@ -252,6 +254,7 @@ def test_batch_dimension_is_divided_out(files):
     assert float(g3.flops.sum()) == pytest.approx(float(g1.flops.sum()), rel=1e-3)
 
 
+@pytest.mark.x64
 def test_dim_aliases_and_topological_sort():
     nodes = [
         helper.make_node("Relu", ["a"], ["b"], name="/second"),
@@ -358,3 +361,72 @@ def test_model_proto_is_not_mutated(files):
         warnings.simplefilter("error")
         hjo.load_graph(m, {"batch": 2, "sequence": 8})
     assert m.SerializeToString() == before
+
+
+# --- side inputs (docs/model.md) ----------------------------------------------------------------
+def _masked_layers(skips=None):
+    """x -> /emb (Relu, MatMul) -> three /layers.k blocks that each read a mask computed from x
+    alone (/mask: Neg, Exp, after /emb in file order). `skips` {layer: tensor} adds a block-0
+    tensor to that layer's output (a skip connection)."""
+    w = [numpy_helper.from_array(np.eye(4, dtype=np.float32) * (k + 1), f"w{k}") for k in range(4)]
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"], name="/emb/Relu"),
+        helper.make_node("MatMul", ["r", "w0"], ["e"], name="/emb/MatMul"),
+        helper.make_node("Neg", ["x"], ["n"], name="/mask/Neg"),
+        helper.make_node("Exp", ["n"], ["mask"], name="/mask/Exp"),
+    ]
+    prev = "e"
+    for k in range(3):
+        s = f"/layers.{k}/attn"
+        nodes += [
+            helper.make_node("MatMul", [prev, f"w{k + 1}"], [f"y{k}"], name=f"{s}/MatMul"),
+            helper.make_node("Mul", [f"y{k}", "mask"], [f"z{k}"], name=f"{s}/Mul"),
+            helper.make_node("Add", [f"z{k}", prev], [f"h{k}"], name=f"{s}/Add"),
+        ]
+        prev = f"h{k}"
+        if k in (skips or {}):
+            nodes.append(helper.make_node("Add", [prev, skips[k]], [f"s{k}"], name=f"{s}/Skip"))
+            prev = f"s{k}"
+    return _model(nodes, [_f("x", [1, 4])], [_f(prev, None)], w)
+
+
+def test_side_inputs_are_resident_and_computed_first():
+    m = _masked_layers()
+    imp = hjo.import_model(m, {})
+    g = imp.graph
+    assert imp.side_inputs == ("/mask/Exp",)
+    # the mask's ops lead block 0, so its last op is the tensor the chain carries
+    assert imp.op_names[:4] == ("/mask/Neg", "/mask/Exp", "/emb/Relu", "/emb/MatMul")
+    np.testing.assert_array_equal(g.block, [0, 0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3])
+    preds = {imp.op_names[i]: sorted(int(p) for p in row if p >= 0)
+             for i, row in enumerate(np.asarray(g.preds))}  # fmt: skip
+    assert preds["/mask/Exp"] == [0] and preds["/layers.0/attn/MatMul"] == [3]
+    # no edge from the mask into another block: each Mul reads only its block's MatMul
+    for k in range(3):
+        mm = imp.op_names.index(f"/layers.{k}/attn/MatMul")
+        assert preds[f"/layers.{k}/attn/Mul"] == [mm]
+    hj.exact.check_chain(g, hj.hardware.preset("edge"))
+    # the mask is computed once, in block 0: 1 + 4 FLOP per element, nowhere else
+    np.testing.assert_allclose(np.asarray(g.flops[:2]), [4.0, 16.0])
+    # side_inputs=False keeps the file's order and every edge: not a chain
+    raw = hjo.import_model(m, {}, side_inputs=False)
+    assert raw.side_inputs == () and raw.op_names[:2] == ("/emb/Relu", "/emb/MatMul")
+    with pytest.raises(hj.NotAChainError, match=r"\(a\) block 1, op 4: .*op 1 \(block 0\)"):
+        hj.exact.check_chain(raw.graph, hj.hardware.preset("edge"))
+    # op granularity never looks for side inputs
+    assert hjo.import_model(m, {}, granularity="op").side_inputs == ()
+
+
+@pytest.mark.parametrize(
+    "skips, block",
+    [
+        ({2: "e"}, 3),  # block 0's output, read by layer 0's first op (its data), into block 3
+        ({1: "r", 2: "r"}, 2),  # read by two later blocks, but block 0's output depends on it
+        ({2: "n"}, 3),  # read by one other block only
+    ],
+)
+def test_skip_connections_are_still_refused(skips, block):
+    imp = hjo.import_model(_masked_layers(skips), {})
+    assert imp.side_inputs == ("/mask/Exp",)
+    with pytest.raises(hj.NotAChainError, match=rf"\(a\) block {block}, op \d+: .* \(block 0\)"):
+        hj.exact.check_chain(imp.graph, hj.hardware.preset("edge"))

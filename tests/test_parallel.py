@@ -66,6 +66,7 @@ def edge():
     return hj.hardware.preset("edge")
 
 
+@pytest.mark.x64
 def test_one_device_is_evaluate(tiny_graph, edge):
     plan = hj.Plan.from_blocks(tiny_graph, np.ones((3, tiny_graph.m_max), int), 8.0)
     got = hj.evaluate_sharded(tiny_graph, edge, plan, devices=jax.devices()[:1])

@@ -41,7 +41,7 @@ def _bad_platform(field, index, value):
         ("mem_bw", 1, np.nan, ("mem_bw[1]", "nan")),
         ("p_busy", 0, np.inf, ("p_busy[0]", "inf")),
         ("link_latency", (0, 1), np.inf, ("link_latency[0, 1]", "inf")),
-        ("peak", (1, 2), np.nan, ("peak[1]", "nan")),
+        ("peak", (1, 2), np.nan, ("peak[1, 2]", "nan")),
     ],
 )
 def test_platform_non_finite(field, index, value, needles):

@@ -119,6 +119,9 @@ class PPOConfig:
     layers: int = 2  # attention encoder only
     seed: int = 0
 
+    def __post_init__(self):
+        _check_config(self)
+
     def to_dict(self) -> dict:
         """The config as config.json holds it (tuples as lists); `from_dict` inverts it."""
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
@@ -149,6 +152,80 @@ FROM_SCRATCH = {
     "num_envs": 256, "num_updates": 400, "num_minibatches": 2, "update_epochs": 2,
 }  # fmt: skip
 TEACHERS = ("exact", "none")  # besides every name in hj.baselines.STRATEGIES
+
+# Numeric ranges of PPOConfig, checked when one is made (names and choices: `make_setup`).
+_INTS = {  # field: smallest value
+    "seq_len": 1, "num_envs": 1, "num_updates": 0, "update_epochs": 1, "num_minibatches": 1,
+    "imitation_steps": 0, "imitation_platforms": 1, "imitation_batch": 1, "dagger_rounds": 0,
+    "dagger_platforms": 1, "dagger_steps": 1, "width": 1, "heads": 1, "layers": 1,
+    "head_width": 1, "group_size": 1,
+}  # fmt: skip
+_POSITIVE = ("clip_eps", "max_grad_norm", "lr", "imitation_lr")
+_NON_NEGATIVE = ("vf_coef", "ent_coef", "imitation_vf_coef", "bc_coef")
+_UNIT = ("gamma", "gae_lambda")  # in [0, 1]
+
+
+def _check_config(c: PPOConfig) -> None:
+    """One `PlanError` line naming the first bad field and its value."""
+
+    def bad(name, need):
+        raise hj.PlanError(f"PPOConfig.{name} = {getattr(c, name)!r}: {need}")
+
+    def number(name):
+        v = getattr(c, name)
+        if isinstance(v, bool) or not isinstance(v, int | float | np.integer | np.floating):
+            bad(name, "must be a number")
+        return float(v)
+
+    for name in ("model", "platform"):
+        if not isinstance(getattr(c, name), str):
+            bad(name, "must be a name (str)")
+    if isinstance(c.models, str) or not all(isinstance(m, str) for m in c.models):
+        bad("models", "must be a tuple of model names")
+    if not all(
+        isinstance(d, tuple) and len(d) == 2 and isinstance(d[0], str)
+        and isinstance(d[1], int | np.integer) and not isinstance(d[1], bool) and d[1] >= 1
+        for d in c.dims
+    ):  # fmt: skip
+        bad("dims", "must be (name, int >= 1) pairs")
+    if c.blocks is not None and not isinstance(c.blocks, str):
+        bad("blocks", "must be None or a regex (str)")
+    for name, low in _INTS.items():
+        v = getattr(c, name)
+        if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < low:
+            bad(name, f"must be an int >= {low}")
+    if isinstance(c.seed, bool) or not isinstance(c.seed, int | np.integer):
+        bad("seed", "must be an int")
+    for name in _POSITIVE:
+        if not (np.isfinite(number(name)) and number(name) > 0):
+            bad(name, "must be finite and > 0")
+    for name in _NON_NEGATIVE:
+        if not (np.isfinite(number(name)) and number(name) >= 0):
+            bad(name, "must be finite and >= 0")
+    for name in _UNIT:
+        if not 0.0 <= number(name) <= 1.0:  # NaN fails too
+            bad(name, "must be in [0, 1]")
+    if not 0.0 <= number("epsilon") < 1.0:
+        bad("epsilon", "must be in [0, 1)")
+    if not 1.0 <= number("spread") <= hj.hardware.MAX_SPREAD:
+        bad("spread", f"must be a factor in [1, {hj.hardware.MAX_SPREAD:g}]")
+    try:
+        w = np.asarray(c.weights, np.float64)
+        b = np.asarray(c.batches, np.float64)
+    except (TypeError, ValueError):
+        bad("weights" if not _is_numbers(c.weights) else "batches", "must be numbers")
+    if w.shape != (3,) or not np.isfinite(w).all():
+        bad("weights", "must be three finite numbers (alpha, beta, gamma)")
+    if b.ndim != 1 or not b.size or not (np.isfinite(b) & (b >= 1)).all():
+        bad("batches", "must be a non-empty tuple of finite numbers >= 1")
+
+
+def _is_numbers(x) -> bool:
+    try:
+        np.asarray(x, np.float64)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 # Fields added to PPOConfig after runs were saved without them, and the value those runs used.
 LEGACY_DEFAULTS = {"bc_coef": 0.0, "imitation_ties": "as_solved", "models": (), "dagger_rounds": 0}

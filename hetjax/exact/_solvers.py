@@ -93,6 +93,17 @@ def batch_bound(problem: ChainProblem, tab: Tables) -> float:
     return root_bound(problem, tab, bounds(tab))
 
 
+def _check_b_ref(where: str, b_ref) -> float:
+    """The reference plan's batch: a finite number >= 1 (PlanError naming b_ref otherwise)."""
+    try:
+        b = float(b_ref)
+    except (TypeError, ValueError):
+        raise PlanError(f"{where}: b_ref = {b_ref!r}: must be a number >= 1") from None
+    if not (np.isfinite(b) and b >= 1):
+        raise PlanError(f"{where}: b_ref = {b_ref!r}: must be finite and >= 1")
+    return b
+
+
 def _plan(problem: ChainProblem, bp_local, batch: float) -> Plan:
     return Plan.create(_ops(problem, expand(problem, bp_local)), batch)
 
@@ -108,6 +119,7 @@ def optimal_latency(
     Raises `NotAChainError` for graphs outside the SPEC chain conditions and `PlanError` when
     no placement fits at this batch. Returns an `hj.Plan` (op-level placement, the batch).
     """
+    _check_b_ref("optimal_latency", b_ref)
     problem = ChainProblem.create(graph, platform, b_ref=b_ref)
     (batch,) = check_batches([batch])
     tab = problem.tables(batch)
@@ -147,6 +159,7 @@ def optimal_score(
     dict as `stats` to receive search statistics (labels per block, seconds per batch).
     """
     t0 = time.perf_counter()
+    _check_b_ref("optimal_score", b_ref)
     problem = ChainProblem.create(graph, platform, weights, b_ref)
     batches = check_batches(batches)
     tabs = [problem.tables(b) for b in dict.fromkeys(batches)]
@@ -250,6 +263,7 @@ def pareto_front(
     `hj.evaluate` metrics (leading axis K), sorted by latency.
     """
     t0 = time.perf_counter()
+    _check_b_ref("pareto_front", b_ref)
     problem = ChainProblem.create(graph, platform, b_ref=b_ref)
     batches = check_batches(batches)
     tabs = [problem.tables(b) for b in dict.fromkeys(batches)]

@@ -226,8 +226,13 @@ def _validate_one(a: dict[str, np.ndarray], name: str) -> None:
 
 def pad(graph: LayerGraph, n_max: int, m_max: int, p_max: int | None = None) -> LayerGraph:
     """Pad a graph (with padding ops/blocks that contribute nothing) to static sizes."""
+    if not isinstance(graph, LayerGraph):
+        raise GraphError(f"pad: graph = {type(graph).__name__}: expected a LayerGraph")
     n, m, p = graph.n_max, graph.m_max, graph.p_max
     p_max = p if p_max is None else p_max
+    for what, v in (("n_max", n_max), ("m_max", m_max), ("p_max", p_max)):
+        if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 1:
+            raise GraphError(f"pad: {what} = {v!r}: must be an int >= 1")
     if n > n_max or m > m_max or p > p_max:
         raise GraphError(
             f"graph of size (ops={n}, blocks={m}, preds={p}) is larger than the padding asked "
@@ -251,8 +256,12 @@ def pad(graph: LayerGraph, n_max: int, m_max: int, p_max: int | None = None) -> 
 
 def stack(graphs: Sequence[LayerGraph]) -> LayerGraph:
     """Pad graphs to a common size and stack them along a new leading axis (for `jax.vmap`)."""
-    if not graphs:
-        raise GraphError("stack: got an empty list of graphs")
+    if not (isinstance(graphs, Sequence) and not isinstance(graphs, str) and graphs):
+        shown = repr(graphs) if isinstance(graphs, Sequence) else type(graphs).__name__
+        raise GraphError(f"stack: graphs = {shown}: give a non-empty list of LayerGraphs")
+    for i, g in enumerate(graphs):
+        if not isinstance(g, LayerGraph):
+            raise GraphError(f"stack: graphs[{i}] = {type(g).__name__}: expected a LayerGraph")
     n = max(g.n_max for g in graphs)
     m = max(g.m_max for g in graphs)
     p = max(g.p_max for g in graphs)

@@ -32,11 +32,22 @@ class Platform:
     p_busy: jax.Array  # f32[D]       power while executing, W
     p_idle: jax.Array  # f32[D]       power while idle, W
     b_half: jax.Array  # f32[D]       batch at which the device reaches half its peak utilisation
-    weight_bw: jax.Array  # f32[D]    weight-streaming bandwidth, bytes/s; 0 = off (cost model v1)
+    # Added in cost model 1.1; keyword-only with a default (zeros: off), so a platform built from
+    # the version-1 fields alone is the version-1 platform. Its place in the field (and pytree
+    # leaf) order is unchanged.
+    weight_bw: jax.Array = struct.field(default=None, kw_only=True)  # f32[D] bytes/s; 0 = off
     link_bw: jax.Array  # f32[D, D]   bytes/s from device e to device d (diagonal unused)
     link_latency: jax.Array  # f32[D, D] s per transfer
     link_energy: jax.Array  # f32[D, D]  J per byte moved
     device_mask: jax.Array  # bool[D]  real devices
+
+    def __post_init__(self):
+        # Defaults of the fields added after version 1 (SPEC: they keep the earlier version's
+        # numbers). Only filled in when `mem_bw` is an array: JAX also rebuilds platforms from
+        # other leaves (vmap axis specs, tree prefixes), where None must stay None.
+        if self.weight_bw is None and isinstance(self.mem_bw, np.ndarray | jax.Array):
+            zeros = np.zeros_like if isinstance(self.mem_bw, np.ndarray) else jnp.zeros_like
+            object.__setattr__(self, "weight_bw", zeros(self.mem_bw))
 
     @property
     def d_max(self) -> int:
@@ -131,11 +142,12 @@ def _validate_one(a: dict[str, np.ndarray], name: str) -> None:
         raise PlatformError(f"{name}.device_mask[0] = False: device 0 (the host) must be real")
     for dev in np.flatnonzero(real):
         for f in (*_VECTOR_FIELDS, "peak"):
-            for v in np.atleast_1d(a[f][dev]):
+            for col, v in enumerate(np.atleast_1d(a[f][dev])):
                 if not np.isfinite(v) or v < 0 or (f in _POSITIVE and v == 0):
                     need = "> 0" if f in _POSITIVE else ">= 0"
+                    at = f"{dev}, {col}" if f == "peak" else f"{dev}"
                     raise PlatformError(
-                        f"{name}.{f}[{dev}] = {a[f][dev]!r}: must be finite and {need}"
+                        f"{name}.{f}[{at}] = {float(v)!r}: must be finite and {need}"
                     )
         if not (a["peak"][dev] > 0).any():
             raise PlatformError(f"{name}.peak[{dev}] is all zero: a real device must run something")
@@ -153,11 +165,17 @@ def _validate_one(a: dict[str, np.ndarray], name: str) -> None:
                 v = a[f][e, d]
                 if not np.isfinite(v) or v < 0 or (f in _POSITIVE and v == 0):
                     need = "> 0" if f in _POSITIVE else ">= 0"
-                    raise PlatformError(f"{name}.{f}[{e}, {d}] = {v!r}: must be finite and {need}")
+                    raise PlatformError(
+                        f"{name}.{f}[{e}, {d}] = {float(v)!r}: must be finite and {need}"
+                    )
 
 
 def pad(platform: Platform, d_max: int) -> Platform:
     """Pad with unreal devices (mask False, neutral numbers) to `d_max` devices."""
+    if not isinstance(platform, Platform):
+        raise PlatformError(f"pad: platform = {type(platform).__name__}: expected a Platform")
+    if isinstance(d_max, bool) or not isinstance(d_max, int | np.integer):
+        raise PlatformError(f"pad: d_max = {d_max!r}: must be an int")
     d = platform.d_max
     if d > d_max:
         raise PlatformError(f"platform with {d} devices is larger than the padding d_max={d_max}")
@@ -181,8 +199,12 @@ def pad(platform: Platform, d_max: int) -> Platform:
 
 def stack(platforms: Sequence[Platform]) -> Platform:
     """Pad platforms to a common `d_max` and stack them along a new leading axis."""
-    if not platforms:
-        raise PlatformError("stack: got an empty list of platforms")
+    if not (isinstance(platforms, Sequence) and not isinstance(platforms, str) and platforms):
+        shown = repr(platforms) if isinstance(platforms, Sequence) else type(platforms).__name__
+        raise PlatformError(f"stack: platforms = {shown}: give a non-empty list of Platforms")
+    for i, p in enumerate(platforms):
+        if not isinstance(p, Platform):
+            raise PlatformError(f"stack: platforms[{i}] = {type(p).__name__}: expected a Platform")
     d = max(p.d_max for p in platforms)
     return jax.tree.map(lambda *xs: jnp.stack(xs), *[pad(p, d) for p in platforms])
 

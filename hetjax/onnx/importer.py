@@ -165,6 +165,7 @@ class Imported:
     unknown_ops: tuple[str, ...] = ()  # op types charged with the fallback
     pruned: tuple[str, ...] = ()  # nodes that kept only their P largest inputs
     estimated_shapes: tuple[str, ...] = ()  # nodes whose output shape had to be estimated
+    side_inputs: tuple[str, ...] = ()  # nodes whose outputs are side inputs (docs/model.md)
 
 
 # --- reading --------------------------------------------------------------------------------
@@ -624,6 +625,79 @@ def _user_blocks(names, blocks, label) -> list[tuple[str, int]]:
     return _fill(keys)
 
 
+# --- side inputs ------------------------------------------------------------------------------
+def _block_numbers(assign) -> list[int]:
+    """Block index of each op: a new block starts wherever the (label, kind) key changes."""
+    out, prev, j = [], object(), -1
+    for key in assign:
+        if key != prev:
+            j, prev = j + 1, key
+        out.append(j)
+    return out
+
+
+def _find_side_inputs(block: list[int], producers: list[list[int]]) -> set[int]:
+    """Ops whose outputs are side inputs (docs/model.md: "Side inputs of imported graphs").
+
+    block[i] is op i's block, producers[i] the ops it reads (earlier indices). An op p is a
+    side input when (1) p and every op it depends on lie in p's block (it is computed from the
+    graph's inputs and initializers only, from no other block's output), (2) ops of at least
+    two other blocks read it, (3) no block reads it with its first op (a chain block's first op
+    reads the block's data), and (4) no tensor that another block reads as data (a tensor read
+    across blocks that is not a side input) depends on p, except through side-input reads
+    ((4) is applied until nothing changes). (3) and (4) keep the data flowing along the chain,
+    and skip connections from it, out.
+    """
+    n = len(block)
+    local = [True] * n
+    readers: list[set[int]] = [set() for _ in range(n)]
+    for i in range(n):
+        local[i] = all(block[p] == block[i] and local[p] for p in producers[i])
+        for p in producers[i]:
+            if block[p] != block[i]:
+                readers[p].add(block[i])
+    first = {i for i in range(n) if i == 0 or block[i] != block[i - 1]}
+    read_first = {p for i in first for p in producers[i]}
+    side = {p for p in range(n) if local[p] and len(readers[p]) >= 2 and p not in read_first}
+    crossing = lambda i, p: block[p] != block[i]  # noqa: E731
+    while side:
+        data = {p for i in range(n) for p in producers[i] if crossing(i, p) and p not in side}
+        # (4): everything the data depends on, not following side-input reads across blocks
+        seen, stack = set(data), list(data)
+        while stack:
+            i = stack.pop()
+            for p in producers[i]:
+                if p not in seen and not (p in side and crossing(i, p)):
+                    seen.add(p)
+                    stack.append(p)
+        keep = side - seen
+        if keep == side:
+            break
+        side = keep
+    return side
+
+
+def _side_first(block: list[int], producers: list[list[int]], side: set[int]) -> list[int]:
+    """A topological order (new position -> old index) that moves each side input and the ops
+    it depends on (all in its block) to the front of its block, keeping relative order; so a
+    block's last op is the one that produces its data, as a chain needs."""
+    lead = set()
+    stack = list(side)
+    while stack:
+        i = stack.pop()
+        if i not in lead:
+            lead.add(i)
+            stack.extend(producers[i])
+    order: list[int] = []
+    start = 0
+    for i in range(1, len(block) + 1):
+        if i == len(block) or block[i] != block[start]:
+            run = range(start, i)
+            order += [k for k in run if k in lead] + [k for k in run if k not in lead]
+            start = i
+    return order
+
+
 # --- the import --------------------------------------------------------------------------------
 def import_model(
     path_or_model,
@@ -635,6 +709,7 @@ def import_model(
     dtype_bytes: int | None = None,
     n_max: int | None = None,
     m_max: int | None = None,
+    side_inputs: bool = True,
     warn: bool = True,
 ) -> Imported:
     """Import an ONNX model; like `load_graph` but also returns node names, types, block labels.
@@ -771,20 +846,15 @@ def import_model(
             reader = next((u for u in users if ops[u]["type"] != "Gather"), users[0])
             params[reader] += nbytes(t)
 
-    # predecessors: producers of the non-constant inputs, the P largest if there are more
-    preds, pruned = [], []
+    # producers of the non-constant inputs, with the bytes read from each
+    reads: list[dict[int, float]] = []
     for o in ops:
         weight: dict[int, float] = {}
         for x in o["ins"]:
             p = producer.get(x)
             if p is not None:
                 weight[p] = max(weight.get(p, 0.0), nbytes(x))
-        ps = list(weight)
-        if len(ps) > p_max:
-            keep = sorted(ps, key=lambda p: -weight[p])[:p_max]
-            ps = [p for p in ps if p in keep]
-            pruned.append(o["name"])
-        preds.append(sorted(ps))
+        reads.append(weight)
 
     n = len(ops)
     if n_max is not None and n > n_max:
@@ -802,6 +872,34 @@ def import_model(
         assign = _scope_blocks(names, gathers)
         if assign is None:  # no framework scopes: every node is its own block
             assign = [(nm, _kind_of_label(nm)) for nm in names]
+
+    # side inputs (docs/model.md): their edges into other blocks go, their cones lead their block
+    side: set[int] = set()
+    if side_inputs and granularity == "block":
+        blk = _block_numbers(assign)
+        side = _find_side_inputs(blk, [list(r) for r in reads])
+        for i, r in enumerate(reads):
+            for p in [p for p in r if p in side and blk[p] != blk[i]]:
+                del r[p]
+        perm = _side_first(blk, [list(r) for r in reads], side)
+        pos = {old: new for new, old in enumerate(perm)}
+        ops = [ops[k] for k in perm]
+        params = [params[k] for k in perm]
+        assign = [assign[k] for k in perm]
+        reads = [{pos[p]: v for p, v in reads[k].items()} for k in perm]
+        side = {pos[p] for p in side}
+        names = [o["name"] for o in ops]
+
+    # predecessors: the P largest producers if there are more
+    preds, pruned = [], []
+    for o, weight in zip(ops, reads, strict=True):
+        ps = list(weight)
+        if len(ps) > p_max:
+            keep = sorted(ps, key=lambda p: -weight[p])[:p_max]
+            ps = [p for p in ps if p in keep]
+            pruned.append(o["name"])
+        preds.append(sorted(ps))
+
     per = 1.0 / batch
     builder = GraphBuilder()
     prev = object()
@@ -840,6 +938,7 @@ def import_model(
         unknown_ops=tuple(sorted(unknown)),
         pruned=tuple(pruned),
         estimated_shapes=tuple(estimated),
+        side_inputs=tuple(names[i] for i in sorted(side)),
     )
 
 
@@ -902,6 +1001,7 @@ def load_graph(
     dtype_bytes: int | None = None,
     n_max: int | None = None,
     m_max: int | None = None,
+    side_inputs: bool = True,
 ) -> LayerGraph:
     """The `LayerGraph` of an ONNX model (a file path or an `onnx.ModelProto`).
 
@@ -918,7 +1018,13 @@ def load_graph(
     p_max: predecessor slots P; a node with more producer inputs keeps the P largest (warning).
     dtype_bytes: override the size of floating-point elements (None: each tensor's real dtype).
     n_max / m_max: pad to these sizes (an `OnnxImportError` if the graph is larger).
+    side_inputs: at "block" granularity, find side inputs (tensors computed from the graph's
+        inputs and initializers only and read by several blocks, such as attention masks and
+        rotary tables), treat them as resident on every device that reads them (no edge into
+        another block) and put the ops that compute them first in their block, so that a
+        Transformer export is a chain for `hj.exact` (docs/model.md). False keeps every edge.
     Quantities are FLOP and bytes per sample. Never writes to disk.
     """
     return import_model(path_or_model, dims, granularity, blocks, p_max=p_max,
-                        dtype_bytes=dtype_bytes, n_max=n_max, m_max=m_max).graph  # fmt: skip
+                        dtype_bytes=dtype_bytes, n_max=n_max, m_max=m_max,
+                        side_inputs=side_inputs).graph  # fmt: skip

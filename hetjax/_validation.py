@@ -1,0 +1,76 @@
+"""Input checks shared by the public entry points (`evaluate`, `score`, the baselines): values
+are checked on the host when they are concrete, and skipped when traced (inside jit / vmap,
+where only shapes are known and are checked by the callers at trace time)."""
+
+from __future__ import annotations
+
+import weakref
+
+import jax
+import numpy as np
+
+from hetjax.errors import GraphError, PlanError, PlatformError
+from hetjax.graphs.core import LayerGraph
+from hetjax.graphs.core import validate as validate_graph
+from hetjax.hardware.core import Platform
+from hetjax.hardware.core import validate as validate_platform
+
+__all__ = ["traced", "validate_once", "check_weights", "check_graph_and_platform"]
+
+
+def traced(tree) -> bool:
+    """Any leaf abstract (inside jit / vmap / grad): its values cannot be checked here."""
+    return any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(tree))
+
+
+# Inputs already validated, by identity: a host check of a graph or platform costs a transfer
+# and a walk over its fields, which `evaluate` called in a loop with the same objects (the
+# benchmarks, a search on the host) should pay once. Only objects whose leaves are all
+# (immutable) jax Arrays are remembered; the entry goes when the object does.
+_VALIDATED: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+def validate_once(obj, check) -> None:
+    """check(obj) unless obj is traced or was checked before (same object)."""
+    if traced(obj) or _VALIDATED.get(id(obj)) is obj:
+        return
+    check(obj)
+    if all(isinstance(x, jax.Array) for x in jax.tree.leaves(obj)):
+        _VALIDATED[id(obj)] = obj
+
+
+def check_weights(weights, where: str) -> None:
+    """(alpha, beta, gamma): three finite numbers (checked when concrete), else `PlanError`."""
+    if traced(weights):
+        return
+    try:
+        w = np.asarray(weights, np.float64)
+    except (TypeError, ValueError):
+        raise PlanError(f"{where}: weights = {weights!r}: expected (alpha, beta, gamma)") from None
+    if w.shape != (3,):
+        raise PlanError(f"{where}: weights = {weights!r}: expected (alpha, beta, gamma)")
+    if not np.isfinite(w).all():
+        raise PlanError(f"{where}: weights = {w.tolist()}: must be finite")
+
+
+def check_graph_and_platform(where: str, graph, platform, *, single: bool = True) -> None:
+    """Types, then (when concrete) every field: `GraphError` / `PlatformError`. With `single`,
+    stacked (batched) graphs or platforms are refused."""
+    if not isinstance(graph, LayerGraph):
+        raise GraphError(f"{where}: graph = {type(graph).__name__}: expected a hetjax LayerGraph")
+    if not isinstance(platform, Platform):
+        raise PlatformError(
+            f"{where}: platform = {type(platform).__name__}: expected a hetjax Platform"
+        )
+    if single and graph.batch_shape:
+        raise GraphError(
+            f"{where}: graph has batch shape {graph.batch_shape}: expected one graph "
+            "(jax.vmap over stacked ones)"
+        )
+    if single and platform.batch_shape:
+        raise PlatformError(
+            f"{where}: platform has batch shape {platform.batch_shape}: expected one platform "
+            "(jax.vmap over stacked ones)"
+        )
+    validate_once(graph, validate_graph)
+    validate_once(platform, validate_platform)
