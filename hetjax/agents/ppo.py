@@ -227,6 +227,7 @@ def _is_numbers(x) -> bool:
         return False
     return True
 
+
 # Fields added to PPOConfig after runs were saved without them, and the value those runs used.
 LEGACY_DEFAULTS = {"bc_coef": 0.0, "imitation_ties": "as_solved", "models": (), "dagger_rounds": 0}
 
