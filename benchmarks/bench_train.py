@@ -85,6 +85,7 @@ def bench_updates(base: ppo.PPOConfig, num_envs: int, repeats: int) -> dict:
         "rollout_steps_per_s": steps / t_rollout,
         "rollout_share": t_rollout / t_update,
         "compile_s": compile_s,
+        "load_avg_1min": os.getloadavg()[0],  # the machine is shared: the load at this row
     }
 
 
@@ -123,7 +124,8 @@ def main(argv=None) -> None:
     ap.add_argument("--model", default="bert-base")
     ap.add_argument("--platform", default="edge")
     ap.add_argument("--num-envs", type=int, nargs="+", default=[64, 256, 1024, 4096])
-    ap.add_argument("--seeds", type=int, nargs="+", default=[2, 4, 8])
+    ap.add_argument("--seeds", type=int, nargs="*", default=[2, 4, 8],
+                    help="seed counts of part 2 (none: skip it)")  # fmt: skip
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--encoders", nargs="+", default=["deepsets", "episode"],
                     choices=list(ENCODER_SETTINGS))  # fmt: skip
