@@ -13,7 +13,6 @@ optimum looks like against the best all-on-device-0 plan. Writes benchmarks/resu
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform as host
 import re
@@ -26,6 +25,7 @@ import numpy as np
 import hetjax as hj
 import hetjax.exact as ex
 from hetjax.graphs.transformers import block_names
+from hetjax.io import write_json
 
 PRESETS = ("edge", "soc", "datacenter", "host3")
 TARGETS = {2: 1.0, 3: 5.0}  # s: exact score optimum of bert-base over six batches (issue)
@@ -204,7 +204,7 @@ def main() -> None:
         "rows": rows,
         "presets": presets,
     }
-    out.write_text(json.dumps(doc, indent=1))
+    write_json(out, doc)  # atomic, strict JSON
     print(f"\nwrote {out}")
 
 

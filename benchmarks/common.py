@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import statistics
-import tempfile
 import time
 from pathlib import Path
 
@@ -43,11 +41,7 @@ def machine() -> dict:
 
 
 def write_json(name: str, doc: dict) -> Path:
-    """Write benchmarks/results/<name>.json atomically."""
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{name}.json"
-    fd, tmp = tempfile.mkstemp(dir=RESULTS, suffix=".tmp")
-    with os.fdopen(fd, "w") as fh:
-        json.dump(doc, fh, indent=1)
-    os.replace(tmp, path)
-    return path
+    """Write benchmarks/results/<name>.json atomically, as strict JSON (hetjax.io)."""
+    from hetjax.io import write_json as _write_json
+
+    return _write_json(RESULTS / f"{name}.json", doc)

@@ -1,4 +1,10 @@
-"""Atomic result files: write to a temporary file beside the target, then rename over it."""
+"""Atomic result files: write to a temporary file beside the target, then rename over it.
+
+Every JSON document the project prints or writes goes through `dumps_json` (or `write_json`)
+and passes a strict parser (`json.loads(s, parse_constant=...)` that refuses `NaN` /
+`Infinity`): a non-finite float is written as the string "inf", "-inf" or "nan", and
+`read_json` / `restore_nonfinite` turn those strings back into floats.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +15,18 @@ import os
 import tempfile
 from pathlib import Path
 
-__all__ = ["atomic_write_bytes", "atomic_write_text", "write_json", "write_csv", "save_figure"]
+__all__ = [
+    "atomic_write_bytes",
+    "atomic_write_text",
+    "dumps_json",
+    "write_json",
+    "read_json",
+    "restore_nonfinite",
+    "write_csv",
+    "save_figure",
+]
+
+_NONFINITE = {"inf": float("inf"), "-inf": float("-inf"), "nan": float("nan")}
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
@@ -34,9 +51,33 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     return atomic_write_bytes(path, text.encode())
 
 
+def dumps_json(doc, indent: int | None = 1) -> str:
+    """Strict JSON text of `doc`: non-finite floats as the strings "inf" / "-inf" / "nan",
+    numpy scalars and arrays as numbers and lists; never the bare `NaN` / `Infinity` that
+    strict parsers refuse."""
+    return json.dumps(_finite(doc), indent=indent, allow_nan=False)
+
+
 def write_json(path: str | os.PathLike, doc) -> Path:
-    """Atomically write a JSON document (indented, NaN/inf as JSON-compatible strings)."""
-    return atomic_write_text(path, json.dumps(_finite(doc), indent=1) + "\n")
+    """Atomically write a JSON document (`dumps_json`, indented)."""
+    return atomic_write_text(path, dumps_json(doc) + "\n")
+
+
+def restore_nonfinite(doc):
+    """The inverse of `dumps_json`'s representation: the strings "inf", "-inf" and "nan"
+    become floats again, recursively (any other value is kept)."""
+    if isinstance(doc, str):
+        return _NONFINITE.get(doc, doc)
+    if isinstance(doc, dict):
+        return {k: restore_nonfinite(v) for k, v in doc.items()}
+    if isinstance(doc, list):
+        return [restore_nonfinite(v) for v in doc]
+    return doc
+
+
+def read_json(path: str | os.PathLike):
+    """A JSON document written by `write_json`, non-finite numbers restored as floats."""
+    return restore_nonfinite(json.loads(Path(path).read_text()))
 
 
 def write_csv(path: str | os.PathLike, rows: list[dict]) -> Path:
@@ -57,7 +98,10 @@ def save_figure(fig, path: str | os.PathLike, dpi: int = 130) -> Path:
 
 
 def _finite(x):
-    """Replace float inf/nan (not valid JSON) by strings, recursively."""
+    """Replace float inf/nan (not valid JSON) by strings, recursively; numpy scalars and
+    arrays become Python numbers and lists first."""
+    if hasattr(x, "tolist") and type(x).__module__ == "numpy":  # np.generic or np.ndarray
+        x = x.tolist()
     if isinstance(x, float) and (x != x or x in (float("inf"), float("-inf"))):
         return str(x)
     if isinstance(x, dict):

@@ -4,6 +4,7 @@ The tests that compile the training loop use a tiny config (bert-tiny, 8 environ
 16); compiling it is most of their time (conftest.py shares one compilation cache per session).
 """
 
+import csv
 import dataclasses
 import importlib.util
 import json
@@ -224,6 +225,71 @@ def test_resume_reaches_the_same_result(tmp_path):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
+def test_resuming_a_finished_run_trains_nothing_more(tmp_path):
+    """num_updates not a multiple of chunk: the last chunk is short, and a finished run's
+    update count (3) is no chunk boundary; repeated resumes must not train it again."""
+    cfg = dataclasses.replace(TINY, num_updates=3, imitation_steps=0)
+    r0, rows0 = agents.Trainer(cfg, tmp_path, chunk=2, validation=2).run(progress=False)
+    assert int(r0.update) == 3 and [r["update"] for r in rows0] == [2, 3]
+    ckpt = (tmp_path / "checkpoint.msgpack").read_bytes()
+    for _ in range(2):
+        trainer = agents.Trainer(cfg, tmp_path, chunk=2, validation=2)
+        r, rows = trainer.run(progress=False, resume=True)
+        assert int(r.update) == 3 and rows == rows0
+    assert (tmp_path / "checkpoint.msgpack").read_bytes() == ckpt  # nothing rewritten
+
+
+class _Killed(BaseException):
+    """A kill of the process, simulated: no `except Exception` handler catches it."""
+
+
+def test_a_run_killed_anywhere_resumes_to_the_uninterrupted_result(tmp_path, monkeypatch):
+    """Killed right after the checkpoint that ends cloning (imitation.msgpack must be there
+    already), then after the first PPO chunk (stop_after), then resumed: the clone, the
+    final and the selected runner and the metrics are those of an uninterrupted run."""
+    from hetjax.agents import trainer as trainer_mod
+    from hetjax.io import atomic_write_bytes
+
+    cfg = dataclasses.replace(TINY, num_updates=3)
+    full = tmp_path / "full"
+    agents.Trainer(cfg, full, chunk=2, validation=2).run(progress=False)
+
+    def kill_after_first_checkpoint(path, data):
+        atomic_write_bytes(path, data)
+        if Path(path).name == "checkpoint.msgpack":
+            raise _Killed
+
+    part = tmp_path / "part"
+    with monkeypatch.context() as m:
+        m.setattr(trainer_mod, "atomic_write_bytes", kill_after_first_checkpoint)
+        with pytest.raises(_Killed):
+            agents.Trainer(cfg, part, chunk=2, validation=2).run(progress=False)
+    assert _runner_leaves(part / "imitation.msgpack") == _runner_leaves(
+        full / "imitation.msgpack"
+    )  # the clone (the progress rows stored beside it differ in wall times only)
+    trainer = agents.Trainer(cfg, part, chunk=2, validation=2)
+    r, _ = trainer.run(progress=False, resume=True, stop_after=1)
+    assert int(r.update) == 2
+    r, rows = agents.Trainer(cfg, part, chunk=2, validation=2).run(progress=False, resume=True)
+    assert int(r.update) == 3
+    for name in ("checkpoint.msgpack", "best.msgpack", "imitation.msgpack"):
+        assert _runner_leaves(part / name) == _runner_leaves(full / name), name
+    with open(full / "metrics.csv") as f, open(part / "metrics.csv") as g:
+        drop = lambda rows: [{k: v for k, v in r.items() if k != "wall_s"} for r in rows]  # noqa: E731
+        assert drop(csv.DictReader(f)) == drop(csv.DictReader(g))
+
+
+def _runner_leaves(path):
+    from flax import serialization
+
+    state = serialization.msgpack_restore(Path(path).read_bytes())["runner"]
+    return [np.asarray(x).tobytes() for x in jax.tree.leaves(state)]
+
+
+def _refuse_constant(name):
+    raise ValueError(f"non-standard JSON constant {name}")
+
+
 def test_rerun_without_resume_is_refused(tmp_path):
     from hetjax.errors import CheckpointError
 
@@ -372,6 +438,7 @@ def test_train_job_writes_the_report_and_place_reads_it(tmp_path):
     from hetjax import baselines
     from hetjax.agents import report
     from hetjax.agents.jobs import load_policy, train_job
+    from hetjax.io import dumps_json
 
     cfg = dataclasses.replace(TINY, num_updates=2)
     doc = train_job(cfg, tmp_path, held_out=4, chunk=2, progress=False)
@@ -409,6 +476,16 @@ def test_train_job_writes_the_report_and_place_reads_it(tmp_path):
     assert doc["training"]["selected_update"] in (0, 2)
     config, params = load_policy(tmp_path)
     assert config == cfg and jax.tree.structure(params) is not None
+    for name in ("report.json", "config.json"):  # strict JSON: no bare NaN / Infinity
+        json.loads((tmp_path / name).read_text(), parse_constant=_refuse_constant)
+    assert doc["job"] == {"held_out": 4, "best_of": 16, "budget": True}
+
+    # resuming the finished run trains and reports nothing: the same report, no file rewritten
+    names = ("report.json", "metrics.csv", "checkpoint.msgpack", "best.msgpack", "budget.png")
+    files = {n: (tmp_path / n).read_bytes() for n in names}
+    again = train_job(cfg, tmp_path, resume=True, held_out=4, chunk=2, progress=False)
+    assert dumps_json(again) + "\n" == files["report.json"].decode()
+    assert {n: (tmp_path / n).read_bytes() for n in names} == files
 
     # scripts/gap_breakdown.py: the report's greedy gap, split into batch choice + placement
     spec = importlib.util.spec_from_file_location(
@@ -433,8 +510,6 @@ def test_train_job_writes_the_report_and_place_reads_it(tmp_path):
     assert 0.0 <= last["relabelled"] <= last["tied"] <= 1.0
     assert all(r[k] >= -1e-6 for r in (first, last) for k in ("validation", "held_out", "teacher"))
     # it starts from the run's clone: the trainer's validation gap after cloning
-    import csv
-
     with open(tmp_path / "metrics.csv") as f:
         cloned = next(r for r in csv.DictReader(f) if r["phase"] == "imitation")
     assert first["validation"] == pytest.approx(float(cloned["val_gap_pct"]), abs=1e-6)

@@ -42,6 +42,26 @@ def test_evaluate_json_matches_python_api():
     assert doc["metrics"]["feasible"] is True
 
 
+def _refuse_constant(name):
+    raise ValueError(f"non-standard JSON constant {name}")
+
+
+def test_evaluate_json_of_an_infeasible_plan_is_strict_json(tmp_path, monkeypatch, capsys):
+    """An infeasible plan's inf latency / -inf score print as "inf" / "-inf", not as the
+    bare Infinity that strict JSON parsers refuse (docs/jobs.md)."""
+    import hetjax as hj
+
+    p = hj.hardware.preset("edge")
+    tight = tmp_path / "tight.json"
+    hj.hardware.save(p.replace(mem_capacity=p.mem_capacity.at[0].set(1e3)), tight)
+    args = ("--model", "bert-tiny", "--platform", str(tight), "--placement", "all-0", "--json")
+    code, out = run_inprocess(monkeypatch, capsys, "evaluate", *args)
+    assert code == 0, out
+    doc = json.loads(out, parse_constant=_refuse_constant)
+    assert doc["metrics"]["feasible"] is False
+    assert doc["metrics"]["latency"] == "inf" and doc["score"] == "-inf"
+
+
 @pytest.mark.parametrize(
     "args, needle",
     [

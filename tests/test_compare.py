@@ -2,11 +2,14 @@
 
 import json
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import hetjax as hj
 from hetjax import compare
+from hetjax.io import dumps_json
 
 
 @pytest.fixture(scope="module")
@@ -56,17 +59,72 @@ def test_sampled_summary(tiny):
         assert s["median_gap_pct"] >= 0.0
 
 
+def _oversized_where_small(base_capacity: float):
+    """A strategy whose plan (all on device 0) is infeasible wherever device 0 has less memory
+    than `base_capacity` bytes: its batch there is far beyond any memory."""
+
+    def strategy(key, graph, platform, batches, weights=hj.DEFAULT_WEIGHTS):
+        small = platform.mem_capacity[0] < base_capacity
+        return hj.reference_plan(graph).replace(batch=jnp.where(small, 1e12, 1.0))
+
+    return strategy
+
+
+def test_gap_summary_keeps_infeasible_platforms_apart():
+    s = compare._gap_summary(np.array([0.0, 2.0, np.inf, 4.0, 0.5]), 1.5)
+    assert s["infeasible_pct"] == pytest.approx(20.0) and s["infeasible"] == pytest.approx(0.2)
+    assert s["mean_gap_pct"] == pytest.approx(1.625)  # over the 4 feasible platforms
+    assert s["median_gap_pct"] == pytest.approx(1.25)
+    assert s["within_1pct"] == pytest.approx(0.4) and s["wall_s"] == 1.5
+    none = compare._gap_summary(np.full(3, np.inf), 0.0)
+    assert none["infeasible_pct"] == 100.0 and none["within_1pct"] == 0.0
+    assert none["mean_gap_pct"] is None and none["median_gap_pct"] is None
+
+
+def test_sampled_summary_with_infeasible_plans(tiny, monkeypatch):
+    """Tight memory: a strategy infeasible on some sampled platforms (and one on all) gets
+    its infeasible share and finite gaps over the platforms where its plan is feasible."""
+    graph, platform = tiny
+    cap = float(platform.mem_capacity[0])
+    monkeypatch.setitem(hj.baselines.STRATEGIES, "oversized_some", _oversized_where_small(cap))
+    monkeypatch.setitem(hj.baselines.STRATEGIES, "oversized_all", _oversized_where_small(1e30))
+    out = compare.compare_sampled(graph, platform, 6, seed=3,
+                                  methods=("oversized_some", "oversized_all"))  # fmt: skip
+    some, every, opt = out["oversized_some"], out["oversized_all"], out["exact optimum"]
+    platforms = hj.hardware.sample(jax.random.key(3), 6, base=platform, spread=2.0)
+    small = np.mean(np.asarray(platforms.mem_capacity[:, 0]) < cap) * 100.0
+    assert 0.0 < small < 100.0  # the sample really mixes feasible and infeasible platforms
+    assert some["infeasible_pct"] == pytest.approx(small)
+    assert np.isfinite(some["mean_gap_pct"]) and np.isfinite(some["median_gap_pct"])
+    assert some["mean_gap_pct"] >= 0.0 and some["within_1pct"] <= 1.0 - small / 100.0 + 1e-9
+    assert every["infeasible_pct"] == 100.0 and every["mean_gap_pct"] is None
+    assert (opt["infeasible_pct"], opt["mean_gap_pct"], opt["median_gap_pct"]) == (0.0, 0.0, 0.0)
+    doc = json.loads(dumps_json(out), parse_constant=_refuse_constant)
+    assert doc["oversized_all"]["median_gap_pct"] is None
+
+
+def _refuse_constant(name):
+    raise ValueError(f"non-standard JSON constant {name}")
+
+
 def test_cli_writes_json_csv_png(tmp_path, monkeypatch, capsys):
+    """compare.json with an infeasible strategy on the preset and on sampled platforms is
+    strict JSON (no bare NaN / Infinity); the sampled table has the infeasible share."""
     import sys
 
     from hetjax import cli
 
+    monkeypatch.setitem(hj.baselines.STRATEGIES, "oversized", _oversized_where_small(1e30))
     monkeypatch.setattr(sys, "argv", ["hetjax", "compare", "--model", "bert-tiny", "--seq-len",
-                                      "32", "--out", str(tmp_path)])  # fmt: skip
+                                      "32", "--samples", "2", "--out", str(tmp_path)])  # fmt: skip
     with pytest.raises(SystemExit) as exc:
         cli.main()
     assert exc.value.code == 0
-    doc = json.loads((tmp_path / "compare.json").read_text())
+    assert "infeasible %" in capsys.readouterr().out
+    doc = json.loads((tmp_path / "compare.json").read_text(), parse_constant=_refuse_constant)
     assert doc["preset"][-1]["method"] == "exact optimum"
+    bad = next(r for r in doc["preset"] if r["method"] == "oversized")
+    assert bad["feasible"] is False and bad["gap_pct"] == "inf" and bad["score"] == "-inf"
+    assert doc["sampled"]["methods"]["oversized"]["infeasible_pct"] == 100.0
     assert (tmp_path / "compare.csv").read_text().startswith("method,")
     assert (tmp_path / "compare.png").read_bytes()[:4] == b"\x89PNG"

@@ -176,7 +176,8 @@ def test_block_inference_from_scopes(files):
     # the residual add and LayerNorm of the attention output stay in the attention block
     assert block["/encoder/layer.0/attention/output/LayerNorm/LayerNormalization"] == 1
     assert block["/encoder/layer.0/output/Add"] == 2
-    assert block["/Cast"] == 0  # attention-mask preprocessing before the first layer
+    assert block["/Mul"] == 0  # attention-mask preprocessing before the first layer
+    assert imp.members[imp.op_names.index("/Mul")] == ("/Cast", "/Sub", "/Mul")  # fused
     # pre-norm models: the norm before attention / MLP opens that block (gpt2: ln_1, ln_2)
     imp = hjo.import_model(files["gpt2"], {"batch": 1, "sequence": 16})
     block = dict(zip(imp.op_names, np.asarray(imp.graph.block).tolist(), strict=True))
@@ -261,13 +262,13 @@ def test_dim_aliases_and_topological_sort():
         helper.make_node("Add", ["x", "x"], ["a"], name="/first"),
     ]
     m = _model(nodes, [_f("x", ["batch_size", "sequence_length"])], [_f("b", None)])
-    imp = hjo.import_model(m, {"batch": 2, "sequence": 5})
+    imp = hjo.import_model(m, {"batch": 2, "sequence": 5}, fuse=False)  # (fused: one op)
     assert imp.op_names == ("/first", "/second")
     np.testing.assert_allclose(imp.graph.flops, [5.0, 5.0])  # per sample: 2 x 5 / 2
     assert np.asarray(imp.graph.preds)[1, 0] == 0
     # an unnamed symbolic dimension is given as input[axis]
     m2 = _model(nodes[::-1], [_f("x", [None, 4])], [_f("b", None)])
-    assert hjo.load_graph(m2, {"x[0]": 3}).n_max == 2
+    assert hjo.load_graph(m2, {"x[0]": 3}, fuse=False).n_max == 2
 
 
 def test_unknown_ops_warn_once_and_fall_back():
@@ -295,9 +296,11 @@ def test_more_inputs_than_p_keeps_the_largest():
                                   axis=1))  # fmt: skip
     m = _model(nodes, [_f(f"x{i}", [1, s]) for i, s in enumerate(sizes)], [_f("c", None)])
     with pytest.warns(hjo.OnnxImportWarning, match=r"more than P=4.*'cat'"):
-        g = hjo.load_graph(m, {})
+        g = hjo.load_graph(m, {}, fuse=False)  # (fused, the six Relu + Concat are one op)
     np.testing.assert_array_equal(np.asarray(g.preds)[-1], [2, 3, 4, 5])
-    g6 = hjo.load_graph(m, {}, p_max=6)  # enough slots: no warning (warnings are errors here)
+    g6 = hjo.load_graph(
+        m, {}, p_max=6, fuse=False
+    )  # enough slots: no warning (warnings are errors here)
     np.testing.assert_array_equal(np.asarray(g6.preds)[-1], [0, 1, 2, 3, 4, 5])
 
 
@@ -392,7 +395,7 @@ def _masked_layers(skips=None):
 
 def test_side_inputs_are_resident_and_computed_first():
     m = _masked_layers()
-    imp = hjo.import_model(m, {})
+    imp = hjo.import_model(m, {}, fuse=False)  # one op per node (fusion: test_onnx_fusion.py)
     g = imp.graph
     assert imp.side_inputs == ("/mask/Exp",)
     # the mask's ops lead block 0, so its last op is the tensor the chain carries
@@ -409,7 +412,7 @@ def test_side_inputs_are_resident_and_computed_first():
     # the mask is computed once, in block 0: 1 + 4 FLOP per element, nowhere else
     np.testing.assert_allclose(np.asarray(g.flops[:2]), [4.0, 16.0])
     # side_inputs=False keeps the file's order and every edge: not a chain
-    raw = hjo.import_model(m, {}, side_inputs=False)
+    raw = hjo.import_model(m, {}, side_inputs=False, fuse=False)
     assert raw.side_inputs == () and raw.op_names[:2] == ("/emb/Relu", "/emb/MatMul")
     with pytest.raises(hj.NotAChainError, match=r"\(a\) block 1, op 4: .*op 1 \(block 0\)"):
         hj.exact.check_chain(raw.graph, hj.hardware.preset("edge"))

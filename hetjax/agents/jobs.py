@@ -14,29 +14,42 @@ __all__ = ["train_job", "load_policy"]
 
 def train_job(config, out: Path, *, resume: bool = False, held_out: int = 256, chunk: int = 10,
               best_of: int = 16, budget: bool = True, progress: bool = True,
-              stop_after: int | None = None) -> dict | None:  # fmt: skip
-    """Train, then write the report, the PNGs and report.json into `out` (returns the report;
-    None when stopped early by `stop_after`). The report judges the validation-selected
-    policy (`Trainer.best`), its plan the best of the greedy and `best_of` sampled plans;
-    `budget` adds the search-budget comparison and budget.png."""
+              stop_after: int | None = None, validation: int = 128) -> dict | None:  # fmt: skip
+    """Train, then write the PNGs and report.json into `out` (returns the report; None when
+    stopped early by `stop_after`). The report judges the validation-selected policy
+    (`Trainer.best`), its plan the best of the greedy and `best_of` sampled plans; `budget`
+    adds the search-budget comparison and budget.png; `validation` platforms select the
+    model (`Trainer`).
+
+    report.json is written last (atomically) and records the report's options under "job":
+    a resumed run that is already finished and holds a report.json with the same options
+    trains nothing and returns that report unchanged (its floats as written, "inf" strings
+    read back as floats); a run killed at any point resumes to the same numbers."""
     from hetjax.agents import report
     from hetjax.agents.trainer import Trainer
     from hetjax.errors import PlanError
-    from hetjax.io import write_json
+    from hetjax.io import read_json, write_json
 
     if best_of < 0:  # refused before training, not after
         raise PlanError(f"best_of = {best_of}: sampled plans must be >= 0")
-    trainer = Trainer(config, out, chunk=chunk)
+    trainer = Trainer(config, out, chunk=chunk, validation=validation)
     runner, rows = trainer.run(resume=resume, progress=progress, stop_after=stop_after)
     if stop_after is not None and int(runner.update) < config.num_updates:
         return None
+    job = {"held_out": held_out, "best_of": best_of, "budget": budget}
+    path = Path(out) / "report.json"
+    if resume and path.exists():
+        done = read_json(path)
+        updates = done.get("training", {}).get("updates")
+        if done.get("job") == job and updates == int(runner.update):
+            return done
     setup = trainer.setup
     best, selected = trainer.best()  # model selection on the validation platforms
     preset, plan, opt_plan = report.preset_report(setup, best.params, best_of=best_of)
     held = report.held_out_report(
         setup, best.params, trainer.keys["held_out"], held_out, best_of=best_of, budget=budget
     )
-    doc = {"config": dataclasses.asdict(config), "preset": preset, "held_out": held,
+    doc = {"config": dataclasses.asdict(config), "job": job, "preset": preset, "held_out": held,
            "training": {"updates": int(runner.update), "wall_s": rows[-1]["wall_s"],
                         "selected_update": selected["update"],
                         # without a teacher the selection is by validation score (no gap)
@@ -45,13 +58,13 @@ def train_job(config, out: Path, *, resume: bool = False, held_out: int = 256, c
                         "selected_val_score": selected.get("val_score"),
                         "final_val_score": rows[-1].get("val_score"),
                         "validation_platforms": trainer.n_validation}}  # fmt: skip
-    write_json(Path(out) / "report.json", doc)
     report.plot_learning_curve(rows, Path(out) / "learning_curve.png")
     report.plot_load_distribution(setup, plan, opt_plan, Path(out) / "load_distribution.png",
                                   f"{config.model} on {config.platform}")  # fmt: skip
     if budget:
         report.plot_budget(held, Path(out) / "budget.png",
                            f"{config.model}, platforms around {config.platform}")  # fmt: skip
+    write_json(path, doc)  # last: its presence marks a finished job
     return doc
 
 

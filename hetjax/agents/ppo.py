@@ -73,6 +73,9 @@ class PPOConfig:
     dims: tuple[tuple[str, int], ...] = ()
     blocks: str | None = None
     platform: str = "edge"  # preset around which training platforms are sampled
+    # device slots of the environment (the observation's width): the policy applies to every
+    # platform with up to d_max devices (`hetjax place --platform`); 0 = the preset's count
+    d_max: int = 3
     spread: float = 2.0  # log-uniform factor of `hj.hardware.sample`
     weights: tuple[float, float, float] = (0.6, 0.3, 0.1)  # SPEC score (alpha, beta, gamma)
     batches: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
@@ -229,7 +232,8 @@ def _is_numbers(x) -> bool:
 
 
 # Fields added to PPOConfig after runs were saved without them, and the value those runs used.
-LEGACY_DEFAULTS = {"bc_coef": 0.0, "imitation_ties": "as_solved", "models": (), "dagger_rounds": 0}
+LEGACY_DEFAULTS = {"bc_coef": 0.0, "imitation_ties": "as_solved", "models": (), "dagger_rounds": 0,
+                   "d_max": 0}  # fmt: skip
 
 
 class Transition(NamedTuple):
@@ -355,9 +359,18 @@ def make_setup(config: PPOConfig) -> Setup:
     if len(set(names)) != len(names):
         raise hj.PlanError(f"models={config.models!r}: each model at most once, {config.model!r}"
                            " (the model) included")  # fmt: skip
+    if isinstance(config.d_max, bool) or not isinstance(config.d_max, int) or config.d_max < 0:
+        raise hj.PlanError(f"d_max={config.d_max!r}: must be an integer >= 0 (0: the preset's)")
     graphs = [load_model(config, name) for name in names]
     base = hj.hardware.preset(config.platform)
-    env = PlacementEnv.sized_for(graphs, [base], num_batches=len(config.batches))
+    if config.d_max and base.d_max > config.d_max:
+        raise hj.PlatformError(
+            f"platform={config.platform!r} has {base.d_max} devices > d_max={config.d_max}, "
+            "the device slots of the policy's observation"
+        )
+    env = PlacementEnv.sized_for(
+        graphs, [base], num_batches=len(config.batches), d_max=config.d_max or base.d_max
+    )
     graphs = [env.pad_graph(g) for g in graphs]
     graph = graphs[0]
     base = env.pad_platform(base)

@@ -13,7 +13,6 @@ platforms come from their own PRNG stream, disjoint from training and from the h
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from pathlib import Path
 
@@ -206,10 +205,14 @@ class Trainer:
                 best_gap = min(criterion(m), best_gap)
                 save_checkpoint(best_path, runner, {**m, "update": int(runner.update)})
 
-        def checkpoint(runner, m):  # the best runner first, so a kill never loses it
+        def checkpoint(runner, m, *copies):
+            """The best runner first, then `copies` of the checkpoint, then the checkpoint
+            itself: a kill between two writes never loses a file the resumed run will not
+            write again (each write is atomic)."""
             keep_if_best(runner, m)
-            save_checkpoint(ckpt, runner, {"rows": rows, "imitation_done": imitation_done,
-                                           "best_val_gap_pct": best_gap})  # fmt: skip
+            extra = {"rows": rows, "imitation_done": imitation_done, "best_val_gap_pct": best_gap}
+            for path in (*copies, ckpt):
+                save_checkpoint(path, runner, extra)
             write_csv(self.out / "metrics.csv", _uniform(rows))
 
         # wall_s counts on across a resume from the last checkpointed row (work lost after
@@ -244,9 +247,9 @@ class Trainer:
                              **validate(runner.params),
                              "wall_s": time.perf_counter() - t_start})  # fmt: skip
             imitation_done = True
-            checkpoint(runner, rows[-1])
-            # the clone alone, so variants that change only PPO settings can start from it
-            shutil.copyfile(ckpt, self.out / "imitation.msgpack")
+            # imitation.msgpack: the clone alone, so variants that change only PPO settings
+            # can start from it (written before the checkpoint that marks cloning done)
+            checkpoint(runner, rows[-1], self.out / "imitation.msgpack")
         if teacher is not None and c.dagger_rounds and teacher.labels is None:  # resumed
             for r in range(c.dagger_rounds):
                 teacher = ppo.concat_teachers(teacher, self._dagger(r, None))
@@ -263,7 +266,10 @@ class Trainer:
                 chunk_fns[length] = jax.jit(scan)
             return chunk_fns[length](r)
 
-        done_chunks = int(runner.update) // self.chunk
+        # chunk i runs updates [i * chunk, min((i + 1) * chunk, num_updates)); a checkpoint is
+        # at a chunk's end, so a finished run (update == num_updates) has every chunk done
+        # even when num_updates is not a multiple of chunk
+        done_chunks = -(-int(runner.update) // self.chunk)
         n_chunks = -(-c.num_updates // self.chunk)
         with Progress(TextColumn("[bold]training"), BarColumn(), TextColumn("{task.completed}/"
                       "{task.total} updates"), TextColumn("{task.fields[status]}"),

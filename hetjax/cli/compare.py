@@ -61,10 +61,13 @@ def compare_cmd(
         summary = compare_sampled(graph, plat, samples, seed=seed)
         doc["sampled"] = {"n": samples, "methods": summary}
         t2 = Table(title=f"{samples} platforms sampled around {platform}: gap to optimum")
-        for head in ("method", "mean gap %", "median gap %", "within 1 %", "wall s"):
+        for head in ("method", "infeasible %", "mean gap % (feasible)",
+                     "median gap % (feasible)", "within 1 %", "wall s"):  # fmt: skip
             t2.add_column(head, justify="right")
         for name, s in summary.items():
-            t2.add_row(name, f"{s['mean_gap_pct']:.2f}", f"{s['median_gap_pct']:.2f}",
+            gaps = [("-" if s[k] is None else f"{s[k]:.2f}")
+                    for k in ("mean_gap_pct", "median_gap_pct")]  # fmt: skip
+            t2.add_row(name, f"{s['infeasible_pct']:.1f}", *gaps,
                        f"{s['within_1pct'] * 100:.1f}", f"{s['wall_s']:.2f}")  # fmt: skip
         console.print(t2)
     write_json(out_dir / "compare.json", doc)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated
 
 import typer
@@ -20,6 +19,7 @@ from hetjax.cli.common import (
     metrics_rows,
     named_placement,
 )
+from hetjax.io import dumps_json
 
 __all__ = ["evaluate"]
 
@@ -51,7 +51,7 @@ def evaluate(
     if as_json:
         doc = {"model": model, "platform": platform, "placement": placement, "batch": batch}
         doc.update(metrics=metrics_dict(m), score=s)
-        print(json.dumps(doc, indent=1))
+        print(dumps_json(doc))  # strict JSON: inf / nan as strings (hetjax.io)
         return
     table = Table(title=f"{model} on {platform}: placement {placement}, batch {batch:g}")
     table.add_column("metric")

@@ -195,9 +195,12 @@ def place_cmd(
     # over the padded size): the other trained models stay in the setup, only for padding.
     pick = model or config.model
     trained = (config.model,) + tuple(config.models)
+    # and the device slots: any platform with up to d_max devices (a run saved before d_max
+    # existed has the trained preset's count)
+    d_max = config.d_max or hj.hardware.preset(config.platform).d_max
     config = dataclasses.replace(config, model=pick,
                                  models=tuple(n for n in trained if n != pick),
-                                 platform=platform or config.platform)  # fmt: skip
+                                 platform=platform or config.platform, d_max=d_max)  # fmt: skip
     setup = ppo.make_setup(config)
     plan = report.policy_plan(setup, params, setup.base, jax.random.key(seed), best_of)
     g, p = setup.graph, setup.base

@@ -1,4 +1,4 @@
-"""`hj.env`: the placement environment the PPO agent learns in (gymnax-style, pure JAX).
+"""`hj.env`: the placement environment the PPO agent learns in (a gymnax 1.0 environment).
 
     env = hj.env.PlacementEnv()
     params = env.make_params(graph, platform, weights=(0.6, 0.3, 0.1))
@@ -21,6 +21,7 @@ from hetjax.env.placement import (
 )
 from hetjax.env.spaces import Box, Dict, Discrete, Space
 from hetjax.env.testing import check_env, random_valid_action
+from hetjax.env.wrappers import GymnasiumEnv
 
 __all__ = [
     "Environment",
@@ -38,4 +39,5 @@ __all__ = [
     "Dict",
     "check_env",
     "random_valid_action",
+    "GymnasiumEnv",
 ]

@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import FrozenInstanceError, dataclass, fields
 
 import jax
 import jax.numpy as jnp
@@ -96,6 +96,11 @@ class EnvParams:
     mean_bw: jax.Array  # f32[]         bytes/s: mean bandwidth of the real links (1 if none)
     block_static: jax.Array  # f32[K, M, Fs]  batch-dependent static part of `Observation.blocks`
     static_features: jax.Array  # f32[Fz]  static tail of `Observation.features`
+
+    @property
+    def max_steps_in_episode(self) -> int:
+        """The longest episode (gymnax's name): the batch step plus one step per block slot."""
+        return 1 + self.block_start.shape[-1]
 
 
 @struct.dataclass
@@ -213,6 +218,13 @@ def _pick(col, idx):
     return jnp.sum(jnp.where(hot, col, 0.0), axis=-1)
 
 
+def _float32(tree):
+    """tree with every floating-point leaf cast to float32 (a no-op on float32 leaves)."""
+    return jax.tree.map(
+        lambda x: x.astype(jnp.float32) if jnp.issubdtype(x.dtype, jnp.floating) else x, tree
+    )
+
+
 def _is_traced(tree) -> bool:
     return any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(tree))
 
@@ -253,10 +265,10 @@ def _zero_metrics(m_max: int, d_max: int) -> Metrics:
     """Placeholder metrics of a step that finished no plan (feasible False, zeros)."""
     z = jnp.zeros((), jnp.float32)
     return Metrics(
-        latency=z, throughput=z, energy=z, busy=jnp.zeros((d_max,)),
-        link_busy=jnp.zeros((d_max, d_max)), moved=jnp.zeros((d_max, d_max)),
-        block_time=jnp.zeros((m_max,)), layer_time_std=z, transfer_share=z,
-        mem_used=jnp.zeros((d_max,)), feasible=jnp.zeros((), bool),
+        latency=z, throughput=z, energy=z, busy=jnp.zeros((d_max,), z.dtype),
+        link_busy=jnp.zeros((d_max, d_max), z.dtype), moved=jnp.zeros((d_max, d_max), z.dtype),
+        block_time=jnp.zeros((m_max,), z.dtype), layer_time_std=z, transfer_share=z,
+        mem_used=jnp.zeros((d_max,), z.dtype), feasible=jnp.zeros((), bool),
         unplaceable=jnp.zeros((), jnp.int32),
     )  # fmt: skip
 
@@ -308,9 +320,12 @@ def _terminal_metrics_vmap(axis_size, in_batched, done, *args):
 # --- the environment ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+_SIZES = ("n_max", "m_max", "d_max", "num_batches", "p_max", "l_max")
+
+
+@dataclass(eq=True, unsafe_hash=True)
 class PlacementEnv(Environment):
-    """Block placement as a gymnax-style environment (pure, jittable, vmappable).
+    """Block placement as a gymnax environment (pure, jittable, vmappable).
 
     Static sizes: `n_max` ops, `m_max` blocks, `d_max` devices, `p_max` predecessor slots,
     `l_max` ops per block, `num_batches` batch choices. The defaults fit every built-in model
@@ -318,6 +333,12 @@ class PlacementEnv(Environment):
     gpt2-medium: 50 blocks) and every preset (host3: 3 devices).
     Actions: `num_actions = max(num_batches, d_max)`; at the batch step action k picks
     `batches[k]`, at block steps action d picks device d.
+    `flat_obs`: observations are one float vector f32[F + A] (`Observation.features`, then the
+    action mask as 0/1) in a `Box` instead of the `Observation` struct, for MLP code written
+    for gymnax (PureJaxRL, rejax); `info["action_mask"]` carries the mask either way.
+
+    The fields are fixed after construction (hash and equality are by value, so equal
+    environments share compiled code); other attributes may be set, as gymnax's wrappers do.
     """
 
     n_max: int = 424
@@ -326,12 +347,30 @@ class PlacementEnv(Environment):
     num_batches: int = 6
     p_max: int = 2
     l_max: int = 12
+    flat_obs: bool = False
+
+    deterministic_obs = True  # get_obs ignores its key (base.Environment.step)
 
     def __post_init__(self):
-        for f in ("n_max", "m_max", "d_max", "num_batches", "p_max", "l_max"):
+        for f in _SIZES:
             v = getattr(self, f)
-            if not isinstance(v, int | np.integer) or v < 1:
+            if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 1:
                 raise PlanError(f"PlacementEnv.{f} = {v!r}: must be an integer >= 1")
+        if not isinstance(self.flat_obs, bool | np.bool_):
+            raise PlanError(f"PlacementEnv.flat_obs = {self.flat_obs!r}: must be True or False")
+
+    def __setattr__(self, name, value):
+        if name in self.__dict__ and name in {f.name for f in fields(self)}:
+            raise FrozenInstanceError(
+                f"PlacementEnv.{name} is fixed; build another: dataclasses.replace(env, {name}=...)"
+            )
+        object.__setattr__(self, name, value)
+
+    @property
+    def name(self) -> str:
+        """The environment's name (gymnax): "PlacementEnv", or "PlacementEnv-flat" with
+        `flat_obs`."""
+        return "PlacementEnv-flat" if self.flat_obs else "PlacementEnv"
 
     # -- sizes and spaces ----------------------------------------------------------------------
 
@@ -375,6 +414,11 @@ class PlacementEnv(Environment):
         return sum(n for _, n in feature_sizes(self.num_batches, self.d_max))
 
     @property
+    def num_flat_features(self) -> int:
+        """F + A, the length of the flat observation (`flat_obs`)."""
+        return self.num_features + self.num_actions
+
+    @property
     def num_block_features(self) -> int:
         """Fb, the width of `Observation.blocks`."""
         return sum(n for _, n in block_feature_sizes(self.d_max))
@@ -384,10 +428,13 @@ class PlacementEnv(Environment):
         del params
         return Discrete(self.num_actions)
 
-    def observation_space(self, params: EnvParams | None = None) -> Dict:
-        """Spaces of the `Observation` fields (every float feature finite)."""
+    def observation_space(self, params: EnvParams | None = None) -> Dict | Box:
+        """Spaces of the `Observation` fields, or with `flat_obs` a `Box` f32[F + A] (every
+        float feature finite)."""
         del params
         inf = float("inf")
+        if self.flat_obs:
+            return Box(-inf, inf, (self.num_flat_features,), jnp.float32)
         return Dict(
             {
                 "features": Box(-inf, inf, (self.num_features,), jnp.float32),
@@ -400,12 +447,19 @@ class PlacementEnv(Environment):
 
     @functools.cached_property
     def default_params(self) -> EnvParams:
-        """bert-base (seq_len 128, block granularity) on the `edge` preset, default objective."""
+        """bert-base (seq_len 128, block granularity) on the `edge` preset, default objective;
+        on an environment too small for bert-base, bert-tiny (seq_len 64) on `edge` (gymnax's
+        wrappers ask every environment for its default params)."""
         from hetjax.graphs import transformer
         from hetjax.hardware import preset
 
+        base = transformer("bert-base")
+        dims = zip(_graph_dims(base), _graph_dims_of(self), strict=True)
+        fits = all(g <= e for g, e in dims)
+        fits = fits and _max_block_len(base) <= self.l_max
+        graph = base if fits else transformer("bert-tiny", seq_len=64)
         with jax.ensure_compile_time_eval():  # concrete even when first asked inside a trace
-            return self.make_params(transformer("bert-base"), preset("edge"))
+            return self.make_params(graph, preset("edge"))
 
     # -- params (host checks + pure build) -----------------------------------------------------
 
@@ -496,6 +550,8 @@ class PlacementEnv(Environment):
                     raise PlanError(f"make_params: {name} = {v!r} is out of range")
         if not _is_traced((graph, platform, b_ref)):
             _check_reference_fits(graph, platform, float(np.asarray(b_ref)))
+        # the environment computes in float32, also with jax_enable_x64 (e.g. sampled platforms)
+        graph, platform = _float32(graph), _float32(platform)
         return self._build_params(
             graph, platform, weights, batches, batch_real,
             *(jnp.asarray(v, jnp.float32) for v in scalars.values()),
@@ -547,7 +603,7 @@ class PlacementEnv(Environment):
         block_start = jax.ops.segment_min(jnp.where(real_op, idx, n), g.block, m)
         block_start = jnp.minimum(block_start, n).astype(jnp.int32)
         block_len = jax.ops.segment_sum(real_op.astype(jnp.int32), g.block, m)
-        num_blocks = jnp.sum(g.block_mask.astype(jnp.int32))
+        num_blocks = jnp.sum(g.block_mask, dtype=jnp.int32)
 
         # bytes each block receives from producers in other blocks (each producer once)
         pred = jnp.maximum(g.preds, 0)
@@ -594,7 +650,9 @@ class PlacementEnv(Environment):
         reference = evaluate(g, p, reference_plan(g, b_ref))
 
         # --- static observation parts
-        kind = jax.nn.one_hot(g.block_kind, NUM_KINDS) * g.block_mask[:, None]  # [M, 4]
+        kind = (
+            jax.nn.one_hot(g.block_kind, NUM_KINDS, dtype=jnp.float32) * g.block_mask[:, None]
+        )  # [M, 4]
         ratio = jnp.log2(_safe(block_time) / _safe(block_time[:, :, :1]))  # [K, M, D]
         ratio = jnp.where(legal[None], ratio, 0.0)
         share = jnp.where(legal[None], block_time / _safe(total0)[:, None, None], 0.0)
@@ -640,12 +698,13 @@ class PlacementEnv(Environment):
 
     # -- episode --------------------------------------------------------------------------------
 
-    def reset_env(self, key: jax.Array, params: EnvParams) -> EnvState:
-        """A fresh episode: nothing placed, the batch step next."""
+    def reset_env(self, key: jax.Array, params: EnvParams):
+        """(obs, state) of a fresh episode: nothing placed, the batch step next."""
         del key
         n, l, d, p = self.n_max, self.l_max, self.d_max, self.p_max
         row = jnp.concatenate([jnp.zeros((1,)), jnp.full((d,), -1.0), jnp.zeros((p,))])
-        return self._fresh(params).replace(sched=jnp.tile(row.astype(jnp.float32), (n + l, 1)))
+        state = self._fresh(params).replace(sched=jnp.tile(row.astype(jnp.float32), (n + l, 1)))
+        return self.get_obs(state, params), state
 
     def auto_reset(self, key: jax.Array, state: EnvState, params: EnvParams) -> EnvState:
         """A fresh episode that keeps the scratch schedule buffers (they need no clearing)."""
@@ -741,7 +800,17 @@ class PlacementEnv(Environment):
             "episode_length": new.time,
             "discount": 1.0 - terminated.astype(jnp.float32),
         }
-        return new, reward, terminated, jnp.zeros((), bool), info
+        return self.get_obs(new, params), new, reward, terminated, info
+
+    @functools.partial(jax.jit, static_argnames=("self",))
+    def step(self, key: jax.Array, state: EnvState, action, params: EnvParams | None = None):
+        """(obs, state, reward, terminated, truncated, info) as gymnax 1.0's `step` (auto-reset;
+        `info` adds `terminated`, `truncated`, `final_observation`), and `info["action_mask"]`,
+        the legal actions in the returned state."""
+        params = self.default_params if params is None else params
+        obs, state, reward, terminated, truncated, info = super().step(key, state, action, params)
+        info = {**info, "action_mask": self.action_mask(state, params)}
+        return obs, state, reward, terminated, truncated, info
 
     def _place_block(self, state: EnvState, params: EnvParams, j, a, b) -> dict:
         """Simulate the ops of block j on device a at batch b: the SPEC list schedule with the
@@ -810,9 +879,9 @@ class PlacementEnv(Environment):
 
         trig = trig.reshape(l_max, p_max)
         own = jnp.concatenate(
-            [fin[:, None], jnp.full((l_max, d), -1.0), trig.astype(jnp.float32)], axis=1
+            [fin[:, None], jnp.full((l_max, d), -1.0, fin.dtype), trig.astype(fin.dtype)], axis=1
         )
-        sched = jax.lax.dynamic_update_slice(state.sched, own, (start, 0))
+        sched = jax.lax.dynamic_update_slice(state.sched, own, (start, jnp.zeros((), start.dtype)))
         dst = jnp.where(trig.reshape(-1), pidx, n + l_max)  # not triggered: dropped
         sched = sched.at[dst, 1 + a].set(sent_at, mode="drop")
 
@@ -863,8 +932,10 @@ class PlacementEnv(Environment):
         )
         return t, thr, energy, est
 
-    def get_obs(self, state: EnvState, params: EnvParams) -> Observation:
-        """The observation of a state (layout: `feature_layout`, `block_feature_layout`)."""
+    def get_obs(self, state: EnvState, params: EnvParams, key=None) -> Observation | jax.Array:
+        """The observation of a state (layout: `feature_layout`, `block_feature_layout`); with
+        `flat_obs`, f32[F + A]: the features, then the action mask as 0/1 (`key` is unused)."""
+        del key
         p = params.platform
         k, d, m = self.num_batches, self.d_max, self.m_max
         devs = jnp.arange(d)
@@ -911,10 +982,10 @@ class PlacementEnv(Environment):
             batch_step.astype(f)[None],
             (jnp.clip(state.time - 1, 0, None) / n_blocks)[None].astype(f),
             (params.num_blocks / m)[None].astype(f),
-            jax.nn.one_hot(params.graph.block_kind[j], NUM_KINDS) * on,
-            jax.nn.one_hot(kb, k) * on,
+            jax.nn.one_hot(params.graph.block_kind[j], NUM_KINDS, dtype=jnp.float32) * on,
+            jax.nn.one_hot(kb, k, dtype=jnp.float32) * on,
             (jnp.log1p(in_b / params.mean_bw / t0) * on)[None],
-            jax.nn.one_hot(state.prev_device, d),  # all zero for -1
+            jax.nn.one_hot(state.prev_device, d, dtype=jnp.float32),  # all zero for -1
             dmask.astype(f),
             legal.astype(f) * on,
             jnp.where(legal, jnp.log2(_safe(t) / t0), 0.0) * on,
@@ -932,19 +1003,22 @@ class PlacementEnv(Environment):
         blocks = jnp.concatenate(
             [
                 params.block_static[kb],
-                jax.nn.one_hot(state.placement, d) * placed[:, None],
+                jax.nn.one_hot(state.placement, d, dtype=jnp.float32) * placed[:, None],
                 placed[:, None].astype(f),
                 current[:, None].astype(f),
                 params.graph.block_mask[:, None].astype(f),
             ],
             axis=-1,
         )
+        action_mask = self.action_mask(state, params)
+        if self.flat_obs:
+            return jnp.concatenate([features, action_mask.astype(f)])
         return Observation(
             features=features,
             blocks=blocks,
             block_mask=params.graph.block_mask,
             current=jnp.where(batch_step, 0, j).astype(jnp.int32),
-            action_mask=self.action_mask(state, params),
+            action_mask=action_mask,
         )
 
 
@@ -963,6 +1037,10 @@ def _max_block_len(graph: LayerGraph) -> int:
 
 def _graph_dims(g: LayerGraph) -> tuple[int, ...]:
     return (g.n_max, g.m_max, g.p_max)
+
+
+def _graph_dims_of(env: PlacementEnv) -> tuple[int, ...]:
+    return (env.n_max, env.m_max, env.p_max)
 
 
 def _platform_dims(p: Platform) -> tuple[int, ...]:

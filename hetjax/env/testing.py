@@ -28,9 +28,9 @@ def rollout(env, params, key: jax.Array, num_steps: int, batched: bool = False):
     (per-step pytree of obs, action, reward, terminated, truncated, info, time after the step;
     final state).
     """
-    reset, step = env.reset, env.step
+    reset, step, mask_of = env.reset, env.step, env.action_mask
     if batched:
-        reset, step = jax.vmap(reset), jax.vmap(step)
+        reset, step, mask_of = jax.vmap(reset), jax.vmap(step), jax.vmap(mask_of)
         n = params.weights.shape[0]
         split = lambda k: jax.random.split(k, n)  # noqa: E731
     else:
@@ -42,11 +42,11 @@ def rollout(env, params, key: jax.Array, num_steps: int, batched: bool = False):
     def body(carry, _):
         obs, state, key = carry
         key, ka, ks = jax.random.split(key, 3)
-        action = random_valid_action(ka, obs.action_mask)
+        action = random_valid_action(ka, mask_of(state, params))
         nobs, nstate, reward, terminated, truncated, info = step(split(ks), state, action, params)
         out = dict(
             obs=obs, action=action, reward=reward, terminated=terminated, truncated=truncated,
-            info=info, time=nstate.time,
+            info=info, time=nstate.time, mask=mask_of(state, params),
         )  # fmt: skip
         return (nobs, nstate, key), out
 
@@ -66,10 +66,12 @@ def check_env(env, params, key: jax.Array, num_steps: int | None = None) -> dict
     contract; `params` may carry one leading axis of environments (then vmapped).
 
     Checks: observations lie in `observation_space` (every float finite) and always allow an
-    action; the actions taken are legal and never flagged invalid; rewards are finite;
-    `truncated` is never set; every finished plan is feasible with finite metrics and score;
-    episodes last 1 + num_blocks steps and auto-reset (the step after an end is a batch step);
-    the final state is finite. Returns a summary (episodes, mean return, steps).
+    action; their mask is `env.action_mask` and `info["action_mask"]` the next one; `info`
+    repeats `terminated` / `truncated`, and `info["final_observation"]` is the next observation
+    unless the episode ended; the actions taken are legal and never flagged invalid; rewards
+    are finite; `truncated` is never set; every finished plan is feasible with finite metrics
+    and score; episodes last 1 + num_blocks steps and auto-reset (the step after an end is a
+    batch step); the final state is finite. Returns a summary (episodes, mean return, steps).
     """
     batched = params.weights.ndim == 2
     if num_steps is None:
@@ -80,12 +82,30 @@ def check_env(env, params, key: jax.Array, num_steps: int | None = None) -> dict
     space = env.observation_space(params)
     lead = (num_steps, params.weights.shape[0]) if batched else (num_steps,)
 
-    flat_obs = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[len(lead) :]), obs)
-    contains = jax.vmap(space.contains)(flat_obs)
+    rows = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[len(lead) :]), obs)
+    contains = jax.vmap(space.contains)(rows)
     assert np.all(np.asarray(contains)), "an observation is outside observation_space"
-    for name in ("features", "blocks"):
-        _finite(f"obs.{name}", getattr(obs, name))
-    mask = obs.action_mask
+    mask = traj["mask"]
+    if getattr(env, "flat_obs", False):
+        _finite("obs", obs)
+        features = obs[..., : env.num_features]
+        assert np.array_equal(obs[..., env.num_features :] > 0.5, mask), "flat obs mask"
+    else:
+        for name in ("features", "blocks"):
+            _finite(f"obs.{name}", getattr(obs, name))
+        features = obs.features
+        assert np.array_equal(obs.action_mask, mask), "obs.action_mask != env.action_mask"
+    # info["action_mask"] is the mask of the state returned by a step: the next step's mask
+    assert np.array_equal(info["action_mask"][:-1], mask[1:]), "info['action_mask']"
+    for flag in ("terminated", "truncated"):
+        assert np.array_equal(info[flag], traj[flag]), f"info[{flag!r}]"
+    final = jax.tree.map(lambda x: x[:-1], info["final_observation"])
+    following = jax.tree.map(lambda x: x[1:], obs)
+    not_done = ~traj["terminated"][:-1]
+    same = jax.tree.map(lambda a, b: np.all((a == b).reshape(a.shape[: len(lead)] + (-1,)), -1),
+                        final, following)  # fmt: skip
+    for ok in jax.tree.leaves(same):
+        assert np.all(ok[not_done]), "final_observation differs from the next observation"
     assert mask.any(axis=-1).all(), "a state with no legal action"
     taken = np.take_along_axis(mask, traj["action"][..., None], axis=-1)[..., 0]
     assert taken.all(), "random_valid_action took a masked action"
@@ -108,7 +128,7 @@ def check_env(env, params, key: jax.Array, num_steps: int | None = None) -> dict
     lengths = info["episode_length"][done]
     assert np.all(lengths == np.broadcast_to(n_blocks + 1, done.shape)[done]), "episode length"
     after = np.concatenate([np.zeros((1,) + done.shape[1:], bool), done[:-1]])
-    assert np.all(obs.features[..., env.feature_layout["phase"].start][after] == 1.0), (
+    assert np.all(features[..., env.feature_layout["phase"].start][after] == 1.0), (
         "no auto-reset after an episode ended"
     )
     assert np.all(traj["time"][done] == 0), "state not reset after an episode ended"

@@ -38,7 +38,9 @@ def load(
 
     seq_len: tokens per sample (default: the model's own; for an ONNX file it sets the
         symbolic dimension "sequence", i.e. `dims={"sequence": seq_len}`).
-    granularity: "block" (decision blocks) or "op" (every op its own block).
+    granularity: "block" (decision blocks) or "op" (every op its own block). An ONNX file is
+        fused at "block" granularity and imported one op per node at "op", as
+        `hj.onnx.load_graph` does by default (docs/model.md).
     dims / blocks: ONNX only: values of symbolic input dimensions and the block grouping, as in
         `hj.onnx.load_graph` (dims default to {"batch": 1, "sequence": 128}).
     Quantities are FLOP and bytes per sample. Raises `UnknownNameError` for an unknown name

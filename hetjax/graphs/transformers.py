@@ -52,6 +52,8 @@ class TransformerConfig:
     n_kv_heads: int | None = None  # grouped-query attention (llama); None = n_heads
     type_vocab_size: int = 2  # bert token types
     tied_lm_head: bool = False  # gpt2: LM head shares the token embedding table
+    # one GEMM computes Q, K and V (GPT-2's c_attn); False: three projections (BERT, LLaMA)
+    fused_qkv: bool = False
     image_size: int = 224  # vit
     patch_size: int = 16  # vit
     channels: int = 3  # vit
@@ -120,11 +122,13 @@ MODELS: dict[str, TransformerConfig] = {
         _bert("bert-large", 1024, 24, 16, 335e6),
         TransformerConfig(
             name="gpt2", arch="gpt2", d_model=768, n_layers=12, n_heads=12, d_ff=3072,
-            vocab_size=50257, max_positions=1024, tied_lm_head=True, published_params=124e6,
+            vocab_size=50257, max_positions=1024, tied_lm_head=True, fused_qkv=True,
+            published_params=124e6,
         ),
         TransformerConfig(
             name="gpt2-medium", arch="gpt2", d_model=1024, n_layers=24, n_heads=16, d_ff=4096,
-            vocab_size=50257, max_positions=1024, tied_lm_head=True, published_params=355e6,
+            vocab_size=50257, max_positions=1024, tied_lm_head=True, fused_qkv=True,
+            published_params=355e6,
         ),
         TransformerConfig(
             name="vit-b16", arch="vit", d_model=768, n_layers=12, n_heads=12, d_ff=3072,
@@ -173,7 +177,8 @@ class GraphBuilder:
             dict(
                 name=name, cls=cls, flops=float(flops), act=float(act_bytes),
                 out=float(out_bytes), params=float(param_bytes),
-                preds=[p for p in preds if p is not None], block=len(self.block_kinds) - 1,
+                preds=list(dict.fromkeys(p for p in preds if p is not None)),
+                block=len(self.block_kinds) - 1,
             )
         )  # fmt: skip
         return len(self.ops) - 1
@@ -246,9 +251,12 @@ def _layers(cfg: TransformerConfig, s: int) -> GraphBuilder:
 
     def attention(x):
         """Q, K, V projections, scores, softmax, context, output projection -> (out, v)."""
-        q = linear("q_proj", x, d, d)
-        k = linear("k_proj", x, d, kv)
-        v = linear("v_proj", x, d, kv)
+        if cfg.fused_qkv:  # GPT-2's c_attn: one GEMM whose output holds Q, K and V
+            q = k = v = linear("qkv_proj", x, d, d + 2 * kv)
+        else:
+            q = linear("q_proj", x, d, d)
+            k = linear("k_proj", x, d, kv)
+            v = linear("v_proj", x, d, kv)
         if cfg.arch == "llama":
             q = g.op("rope_q", ELEMWISE, 3 * s * d, 2 * t * s * d, t * s * d, 0, [q])
             k = g.op("rope_k", ELEMWISE, 3 * s * kv, 2 * t * s * kv, t * s * kv, 0, [k])

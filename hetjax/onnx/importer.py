@@ -24,6 +24,9 @@ Conventions (per node, at the shapes resolved from `dims`; docs/calibration.md h
   activations, Transpose and Cast ELEMWISE; shape ops, slicing, masks (Where, comparisons, Trilu)
   and anything unknown CONTROL (unknown op types also cost 1 FLOP per output element and are
   listed in one `OnnxImportWarning`).
+- Fusion (`fuse`, on by default at block granularity, off at op granularity): the per-node ops
+  above are then folded, forwarded and fused as a compiler would before costing them
+  (hetjax/onnx/fusion.py; docs/model.md, "Fusion of block-level imports").
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ from hetjax.graphs.core import (
     pad,
 )
 from hetjax.graphs.transformers import GraphBuilder
+from hetjax.onnx.fusion import canonicalise
 
 __all__ = [
     "load_graph",
@@ -166,6 +170,10 @@ class Imported:
     pruned: tuple[str, ...] = ()  # nodes that kept only their P largest inputs
     estimated_shapes: tuple[str, ...] = ()  # nodes whose output shape had to be estimated
     side_inputs: tuple[str, ...] = ()  # nodes whose outputs are side inputs (docs/model.md)
+    # with fusion (docs/model.md): the ONNX nodes each op stands for, and the nodes that
+    # disappeared (free layout ops and compile-time constants); () without fusion
+    members: tuple[tuple[str, ...], ...] = ()
+    folded: tuple[str, ...] = ()
 
 
 # --- reading --------------------------------------------------------------------------------
@@ -710,6 +718,7 @@ def import_model(
     n_max: int | None = None,
     m_max: int | None = None,
     side_inputs: bool = True,
+    fuse: bool | None = None,
     warn: bool = True,
 ) -> Imported:
     """Import an ONNX model; like `load_graph` but also returns node names, types, block labels.
@@ -723,6 +732,9 @@ def import_model(
         raise OnnxImportError(f"p_max = {p_max}: must be >= 1")
     if dtype_bytes is not None and dtype_bytes <= 0:
         raise OnnxImportError(f"dtype_bytes = {dtype_bytes}: must be > 0")
+    if fuse is not None and not isinstance(fuse, bool):
+        raise OnnxImportError(f"fuse = {fuse!r}: use True, False or None")
+    fuse = granularity == "block" if fuse is None else fuse
     dims = DEFAULT_DIMS if dims is None else dims
     g = model.graph
     input_shapes, input_types, batch = _resolve_inputs(model, label, dims)
@@ -830,7 +842,7 @@ def import_model(
             act = 0.0  # a view; a graph output gets its own buffer: a copy
         i = len(ops)
         ops.append(dict(name=name, type=op, cls=cls, flops=flops, act=act,
-                        out=sum(nbytes(o) for o in outs), ins=ins, node=idx,
+                        out=sum(nbytes(o) for o in outs), ins=ins, outs=outs, node=idx,
                         table_gather=table_gather))  # fmt: skip
         for o in outs:
             producer[o] = i
@@ -838,6 +850,49 @@ def import_model(
             consumers.setdefault(x, []).append(i)
     if not ops:
         raise OnnxImportError(f"{label}: the graph has no operators besides constants")
+
+    # blocks (from the node names, before any fusion)
+    names = [o["name"] for o in ops]
+    gathers = [o["table_gather"] for o in ops]
+    per_node = False
+    if blocks is not None:
+        assign = _user_blocks(names, blocks, label)
+    else:
+        assign = _scope_blocks(names, gathers)
+        if assign is None:  # no framework scopes: every node (fused op) is its own block
+            assign = [(nm, _kind_of_label(nm)) for nm in names]
+            per_node = True
+
+    # canonicalisation (docs/model.md: "Fusion of block-level imports")
+    members: tuple[tuple[str, ...], ...] = ()
+    folded: tuple[str, ...] = ()
+    if fuse:
+        blk = [0] * len(ops) if per_node else _block_numbers(assign)
+        key_of = dict(zip(blk, assign, strict=True))
+        ops, blk, new_consts, gone = canonicalise(
+            ops, blk, shapes=shapes, nbytes=nbytes, static=static, graph_outputs=graph_outputs,
+            known_ops=set(OP_TABLE), same_type=lambda a, b: types.get(a) == types.get(b),
+            float_tensor=lambda t: types.get(t) in _FLOAT_TYPES,
+        )  # fmt: skip
+        if not ops:
+            raise OnnxImportError(
+                f"{label}: nothing is left to cost after fusion (every node is a view or a "
+                "compile-time constant); import with fuse=False"
+            )
+        if per_node:
+            assign = [(o["name"], _kind_of_label(o["name"])) for o in ops]
+        else:
+            assign = [key_of[b] for b in blk]
+        for t in new_consts:
+            init_float.setdefault(t, 0.0)
+        names = [o["name"] for o in ops]
+        members = tuple(o["members"] for o in ops)
+        folded = tuple(gone)
+        producer = {t: i for i, o in enumerate(ops) for t in o["outs"]}
+        consumers = {}
+        for i, o in enumerate(ops):
+            for x in dict.fromkeys(o["ins"]):
+                consumers.setdefault(x, []).append(i)
 
     # parameters: each float constant once, to its first non-Gather consumer
     params = [0.0] * len(ops)
@@ -850,28 +905,20 @@ def import_model(
     reads: list[dict[int, float]] = []
     for o in ops:
         weight: dict[int, float] = {}
+        read_bytes = o.get("reads", {})
         for x in o["ins"]:
             p = producer.get(x)
             if p is not None:
-                weight[p] = max(weight.get(p, 0.0), nbytes(x))
+                weight[p] = max(weight.get(p, 0.0), read_bytes.get(x, nbytes(x)))
         reads.append(weight)
 
     n = len(ops)
     if n_max is not None and n > n_max:
+        what = "ops after fusion" if fuse else "ops (Constant nodes excluded)"
         raise OnnxImportError(
-            f"{label}: {n} ops (Constant nodes excluded) do not fit n_max={n_max}; the first op "
+            f"{label}: {n} {what} do not fit n_max={n_max}; the first op "
             f"that does not fit is {ops[n_max]['name']!r} ({ops[n_max]['type']})"
         )
-
-    # blocks
-    names = [o["name"] for o in ops]
-    gathers = [o["table_gather"] for o in ops]
-    if blocks is not None:
-        assign = _user_blocks(names, blocks, label)
-    else:
-        assign = _scope_blocks(names, gathers)
-        if assign is None:  # no framework scopes: every node is its own block
-            assign = [(nm, _kind_of_label(nm)) for nm in names]
 
     # side inputs (docs/model.md): their edges into other blocks go, their cones lead their block
     side: set[int] = set()
@@ -889,6 +936,8 @@ def import_model(
         reads = [{pos[p]: v for p, v in reads[k].items()} for k in perm]
         side = {pos[p] for p in side}
         names = [o["name"] for o in ops]
+        if members:
+            members = tuple(members[k] for k in perm)
 
     # predecessors: the P largest producers if there are more
     preds, pruned = [], []
@@ -939,6 +988,8 @@ def import_model(
         pruned=tuple(pruned),
         estimated_shapes=tuple(estimated),
         side_inputs=tuple(names[i] for i in sorted(side)),
+        members=members,
+        folded=folded,
     )
 
 
@@ -1002,6 +1053,7 @@ def load_graph(
     n_max: int | None = None,
     m_max: int | None = None,
     side_inputs: bool = True,
+    fuse: bool | None = None,
 ) -> LayerGraph:
     """The `LayerGraph` of an ONNX model (a file path or an `onnx.ModelProto`).
 
@@ -1023,8 +1075,13 @@ def load_graph(
         rotary tables), treat them as resident on every device that reads them (no edge into
         another block) and put the ops that compute them first in their block, so that a
         Transformer export is a chain for `hj.exact` (docs/model.md). False keeps every edge.
+    fuse: canonicalise the graph as a compiler would before costing it (docs/model.md,
+        "Fusion of block-level imports"): compile-time constants folded, views / transposes /
+        broadcasts free, bias and scale epilogues fused into their GEMM, chains of elementwise
+        ops and written-out norms fused into one op each. None (default): True at "block"
+        granularity, False at "op" granularity (one op per ONNX node, as calibration needs).
     Quantities are FLOP and bytes per sample. Never writes to disk.
     """
     return import_model(path_or_model, dims, granularity, blocks, p_max=p_max,
                         dtype_bytes=dtype_bytes, n_max=n_max, m_max=m_max,
-                        side_inputs=side_inputs).graph  # fmt: skip
+                        side_inputs=side_inputs, fuse=fuse).graph  # fmt: skip

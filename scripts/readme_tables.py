@@ -1,0 +1,319 @@
+"""Render the README's results tables from the checked-in result files.
+
+    PYTHONPATH=. .venv/bin/python scripts/readme_tables.py           # print every table
+    PYTHONPATH=. .venv/bin/python scripts/readme_tables.py --write   # rewrite them in README.md
+    PYTHONPATH=. .venv/bin/python scripts/readme_tables.py --check   # exit 1 if README.md differs
+
+Each table in README.md follows a marker line `<!-- table: NAME -->`; NAME is a key of
+`TABLES`. The sources (`SOURCES`) are files that scripts and commands write:
+benchmarks/results/*.json (the benchmarks), docs/results/demo/report.json (`make demo`'s
+runs/demo/report.json), docs/results/compare/PRESET/compare.json (`hetjax compare --out`) and
+docs/fidelity/*.json (`hetjax fidelity --out`). Every number is formatted here, in one place;
+tests/test_readme.py checks README.md against this module, cell by cell.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+RESULTS = ROOT / "benchmarks" / "results"
+DEMO_REPORT = ROOT / "docs" / "results" / "demo" / "report.json"
+COMPARE = ROOT / "docs" / "results" / "compare"
+FIDELITY_RUNS = tuple(
+    ROOT / "docs" / "fidelity" / f"2026-11-25-v1.1-run{i}.json" for i in (1, 2, 3)
+)
+PRESETS = ("edge", "soc", "datacenter", "host3")
+COST_ROWS = (
+    ("reference (Python f64)", 1),
+    ("hj.evaluate (JAX f32)", 1),
+    ("hj.evaluate (JAX f32)", 1024),
+    ("hj.evaluate (JAX f32)", 16384),
+    ("hj.evaluate_sharded (2 CPU devices)", 16384),
+)
+ENV_ROWS = ("Python loop, one env", "vmap + scan")  # the default-sizes rows of these modes
+MARKER = re.compile(r"^<!-- table: ([a-z_]+) -->$")
+
+Row = list[str]
+
+
+# ---- formatting rules (the only place numbers become text) -------------------------------
+
+
+def f_int(x: float) -> str:
+    """A count or a rate, thousands separated: 455,005."""
+    return f"{x:,.0f}"
+
+
+def f_fixed(x: float, digits: int) -> str:
+    """A fixed number of decimals: 0.13, 1.02."""
+    return f"{x:.{digits}f}"
+
+
+def f_share(x: float) -> str:
+    """A fraction in [0, 1] as a percentage with one decimal: 0.941 -> 94.1%."""
+    return f"{100 * x:.1f}%"
+
+
+def f_signed_pct(x: float) -> str:
+    """A signed relative error as a percentage: -0.031 -> -3.1."""
+    return f"{100 * x:+.1f}"
+
+
+def _num(x) -> float:
+    """A JSON number, or the strings hetjax.io.write_json writes for non-finite ones."""
+    return float(x) if not isinstance(x, str) else float(x.replace("Infinity", "inf"))
+
+
+def load(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+# ---- the tables ---------------------------------------------------------------------------
+
+
+def cost() -> tuple[Row, list[Row]]:
+    """bench_cost.py: evaluations/s on bert-base, op and block graphs (a selection of rows)."""
+    doc = load(RESULTS / "cost.json")
+    by = {(r["granularity"], r["impl"], r["B"]): r for r in doc["rows"]}
+    head = [
+        "implementation",
+        "plans B",
+        "op graph: evaluations/s",
+        "x reference",
+        "block graph: evaluations/s",
+        "x reference",
+        "compile + first run s",
+    ]
+    rows = []
+    for impl, b in COST_ROWS:
+        op, blk = by[("op", impl, b)], by[("block", impl, b)]
+        rows.append(
+            [
+                impl,
+                str(b),
+                f_int(op["rate"]),
+                f_int(op["speedup"]),
+                f_int(blk["rate"]),
+                f_int(blk["speedup"]),
+                f_fixed(op["compile_s"], 2),
+            ]
+        )
+    return head, rows
+
+
+def env() -> tuple[Row, list[Row]]:
+    """bench_env.py: environment steps/s (default sizes), vmapped against a Python loop."""
+    doc = load(RESULTS / "env.json")
+    head = ["how it is stepped", "environments B", "steps/s", "x Python loop"]
+    rows = [
+        [r["mode"], str(r["B"]), f_int(r["steps_per_s"]), f_int(r["speedup"])]
+        for r in doc["rows"]
+        if r["env"] == "default sizes" and r["mode"] in ENV_ROWS
+    ]
+    return head, rows
+
+
+def _off_device0(where: dict, devices: list[str]) -> str:
+    return "; ".join(f"d{i}: {where[d]}" for i, d in enumerate(devices) if i > 0 and d in where)
+
+
+def exact() -> tuple[Row, list[Row]]:
+    """bench_exact.py (optimum, its solve time) and `hetjax compare` (the best baseline)."""
+    doc = load(RESULTS / "exact.json")
+    solve = {r["preset"]: r for r in doc["rows"]}
+    head = [
+        "preset",
+        "optimum (score)",
+        "batch",
+        "blocks off device 0",
+        "best all-device-0 (batch)",
+        "best baseline (gap %)",
+        "solve s",
+    ]
+    rows = []
+    for name in PRESETS:
+        p = doc["presets"][name]
+        cmp = load(COMPARE / name / "compare.json")["preset"]
+        best = min((r for r in cmp if r["method"] != "exact optimum"), key=lambda r: r["gap_pct"])
+        rows.append(
+            [
+                name,
+                f_fixed(p["score"], 3),
+                f"{p['batch']:g}",
+                _off_device0(p["where"], p["devices"]),
+                f"{f_fixed(p['best_all_device0_score'], 3)} ({p['best_all_device0_batch']:g})",
+                f"{best['method']} {f_fixed(best['score'], 3)} ({f_fixed(best['gap_pct'], 1)})",
+                f_fixed(solve[name]["score_warm_s"], 3),
+            ]
+        )
+    return head, rows
+
+
+AGENT_LABELS = {"policy_greedy": "PPO policy: greedy plan alone"}
+
+
+def agent() -> tuple[Row, list[Row]]:
+    """`make demo`'s report.json: zero-shot gaps on the held-out platforms."""
+    held = load(DEMO_REPORT)["held_out"]
+    head = ["method", "mean gap to optimum %", "median %", "within 1 %", "simulations / platform"]
+    methods = [("policy", held["policy"]), ("policy_greedy", held["policy_greedy"])]
+    methods += sorted(
+        held["baselines"].items(), key=lambda kv: (_num(kv[1]["mean_gap_pct"]), kv[0])
+    )
+    rows = []
+    for name, r in methods:
+        label = AGENT_LABELS.get(name, name)
+        if name == "policy":
+            label = f"**PPO policy: best of greedy + {r['simulations'] - 1} samples**"
+        rows.append(
+            [
+                label,
+                f_fixed(_num(r["mean_gap_pct"]), 2),
+                f_fixed(r["median_gap_pct"], 2),
+                f_share(r["within_1pct"]),
+                str(r["simulations"]),
+            ]
+        )
+    return head, rows
+
+
+def agent_budget() -> tuple[Row, list[Row]]:
+    """report.json's budget curve: mean gap % at matched simulations per platform."""
+    budget = load(DEMO_REPORT)["held_out"]["budget"]
+    head = ["method", "simulations / platform: mean gap %"]
+    rows = []
+    for name in ("policy", "cem", "random_search"):
+        pts = ", ".join(
+            f"{r['simulations']}: {f_fixed(_num(r['mean_gap_pct']), 2)}" for r in budget[name]
+        )
+        rows.append([name, pts])
+    return head, rows
+
+
+def agent_preset() -> tuple[Row, list[Row]]:
+    """report.json's preset row: the learned plan on the `edge` preset itself."""
+    doc = load(DEMO_REPORT)
+    p = doc["preset"]
+    head = [
+        "platform",
+        "gap %, best of 17",
+        "gap %, greedy",
+        "batch",
+        "score",
+        "optimum",
+        "latency vs all-device-0 at that batch",
+    ]
+    lat = p["latency_reduction_pct"]
+    change = f"{f_fixed(abs(lat), 1)}% {'lower' if lat >= 0 else 'higher'}"
+    rows = [
+        [
+            doc["config"]["platform"],
+            f_fixed(p["gap_pct"], 2),
+            f_fixed(p["greedy_gap_pct"], 2),
+            f"{p['batch']:g}",
+            f_fixed(p["score"], 3),
+            f_fixed(p["optimal_score"], 3),
+            change,
+        ]
+    ]
+    return head, rows
+
+
+def fidelity() -> tuple[Row, list[Row]]:
+    """Three `hetjax fidelity` runs (cost model 1.1): held-out latency error and Spearman."""
+    runs = [load(p) for p in FIDELITY_RUNS]
+    head = [
+        "held-out model",
+        "tokens",
+        "latency error %, runs 1 / 2 / 3",
+        "per-node Spearman, runs 1 / 2 / 3",
+        "version-1 error %, runs 1 / 2 / 3",
+    ]
+    rows = []
+    for i, t in enumerate(runs[0]["test"]):
+        cells = [[run["test"][i] for run in runs], [run["v1"]["test"][i] for run in runs]]
+        assert all((c["model"], c["dims"]) == (t["model"], t["dims"]) for c in sum(cells, []))
+        rows.append(
+            [
+                t["model"],
+                str(t["dims"]["sequence"]),
+                " / ".join(f_signed_pct(c["latency_error"]) for c in cells[0]),
+                " / ".join(f_fixed(c["spearman"], 3) for c in cells[0]),
+                " / ".join(f_signed_pct(c["latency_error"]) for c in cells[1]),
+            ]
+        )
+    return head, rows
+
+
+TABLES: dict[str, Callable[[], tuple[Row, list[Row]]]] = {
+    "cost": cost,
+    "env": env,
+    "exact": exact,
+    "agent": agent,
+    "agent_budget": agent_budget,
+    "agent_preset": agent_preset,
+    "fidelity": fidelity,
+}
+
+
+def markdown(head: Row, rows: list[Row]) -> list[str]:
+    """A GitHub table, one line per row."""
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    return lines + ["| " + " | ".join(r) + " |" for r in rows]
+
+
+def render(name: str) -> list[str]:
+    """The markdown lines of table `name`."""
+    if name not in TABLES:
+        raise KeyError(f"table = {name!r}: unknown; known: {sorted(TABLES)}")
+    return markdown(*TABLES[name]())
+
+
+def rewrite(text: str) -> str:
+    """`text` with the table after every marker replaced by its rendering."""
+    lines, out, i = text.splitlines(), [], 0
+    while i < len(lines):
+        out.append(lines[i])
+        m = MARKER.match(lines[i])
+        i += 1
+        if m:
+            while i < len(lines) and lines[i].startswith("|"):
+                i += 1  # the old table
+            out.extend(render(m.group(1)))
+    return "\n".join(out) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--write", action="store_true", help="rewrite the tables in README.md")
+    mode.add_argument("--check", action="store_true", help="exit 1 if README.md's tables differ")
+    args = ap.parse_args(argv)
+    if not (args.write or args.check):
+        for name in TABLES:
+            print(f"<!-- table: {name} -->\n" + "\n".join(render(name)) + "\n")
+        return 0
+    text = README.read_text()
+    new = rewrite(text)
+    if args.check:
+        if new != text:
+            print(
+                "README.md: tables differ from the result files; run with --write", file=sys.stderr
+            )
+        return int(new != text)
+    if new != text:
+        from hetjax.io import atomic_write_text
+
+        atomic_write_text(README, new)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""A policy trained on one preset applies to any platform with up to `PPOConfig.d_max` devices:
+the observation has d_max device slots whatever the training preset's device count."""
+
+import dataclasses
+import json
+import sys
+
+import numpy as np
+import pytest
+
+import hetjax as hj
+from hetjax import cli
+from hetjax.agents import ppo
+
+# tests/test_agents.py's tiny run, on edge (2 devices), no cloning teacher to solve
+TINY = ppo.PPOConfig(
+    model="bert-tiny", seq_len=16, num_envs=8, num_updates=2, num_minibatches=2,
+    update_epochs=2, imitation_steps=6, imitation_platforms=4, imitation_batch=16,
+    imitation_teacher="greedy_eft", width=16, heads=2, layers=1,
+)  # fmt: skip
+
+
+def _cli(monkeypatch, capsys, *args):
+    """cli.main() in this process: (exit code, stdout + stderr)."""
+    monkeypatch.setattr(sys, "argv", ["hetjax", *args])
+    code = 0
+    try:
+        cli.main()
+    except SystemExit as exc:
+        code = exc.code or 0
+    out = capsys.readouterr()
+    return code, out.out + out.err
+
+
+def test_observation_width_is_d_max_not_the_preset():
+    edge = ppo.make_setup(TINY)
+    host3 = ppo.make_setup(dataclasses.replace(TINY, platform="host3"))
+    assert edge.env.d_max == host3.env.d_max == 3 == TINY.d_max
+    assert edge.env.num_features == host3.env.num_features
+    assert int(np.asarray(edge.base.device_mask).sum()) == 2  # edge, padded to 3 slots
+    # a run saved before d_max existed: the preset's count, as it trained
+    legacy = {k: v for k, v in TINY.to_dict().items() if k != "d_max"}
+    assert ppo.make_setup(ppo.PPOConfig.from_dict(legacy)).env.d_max == 2
+    with pytest.raises(hj.PlatformError, match="d_max=2"):
+        ppo.make_setup(dataclasses.replace(TINY, platform="host3", d_max=2))
+    with pytest.raises(hj.PlanError, match="d_max"):
+        ppo.make_setup(dataclasses.replace(TINY, d_max=-1))
+
+
+def test_policy_trained_on_edge_places_on_host3(tmp_path, monkeypatch, capsys):
+    from hetjax.agents.jobs import train_job
+
+    train_job(TINY, tmp_path, held_out=2, chunk=2, progress=False, best_of=0, budget=False)
+    assert json.loads((tmp_path / "config.json").read_text())["ppo"]["d_max"] == 3
+    code, out = _cli(monkeypatch, capsys, "place", "--checkpoint", str(tmp_path),
+                     "--platform", "host3", "--best-of", "0")  # fmt: skip
+    assert code == 0, out
+    assert "on host3" in out and "Traceback" not in out
+    devices = out.split("block devices: ")[1].split()[0]
+    assert len(devices) == 6 and set(devices) <= set("012")  # bert-tiny: 6 blocks, 3 devices
