@@ -1,6 +1,7 @@
 """Environment steps per second during PPO training, and seeds per second with vmap over seeds.
 
     .venv/bin/python benchmarks/bench_train.py [--model bert-base] [--platform edge] [--quick]
+        [--encoders deepsets episode]
 
 Part 1 (env steps during training): one PPO update (rollout of one episode in each of
 `num_envs` environments, each on its own freshly sampled platform, then GAE and
@@ -9,6 +10,10 @@ Part 1 (env steps during training): one PPO update (rollout of one episode in ea
 run is the rollout alone (no learning) at the same `num_envs`, so the ratio is the share of a
 training step the environment itself costs. PPO runs without the teacher term (`bc_coef=0`,
 which adds one forward and backward pass of `imitation_batch` demonstrations per minibatch).
+Each encoder in `--encoders` is timed at every `num_envs` in the same run (the default job's
+other settings; "episode" at its width in `ENCODER_SETTINGS`), and each row's
+`speedup_vs_deepsets` is its training steps/s over the deepsets encoder's at the same
+`num_envs`, so the ratio is measured under the same machine load.
 
 Part 2 (seeds): `jax.jit(jax.vmap(train))(keys)` on S seeds at once (a short training run of
 `make_train`, imitation off), next to the same jitted `train` called once per seed from a
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 import time
 from pathlib import Path
@@ -36,6 +42,11 @@ from hetjax.agents import ppo  # noqa: E402
 
 def _block(tree):
     return jax.block_until_ready(tree)
+
+
+# the settings an encoder is timed with besides `encoder` (the episode encoder's block
+# embeddings are 64 wide, as `hetjax train --teacher none` trains it)
+ENCODER_SETTINGS = {"deepsets": {}, "attention": {}, "episode": {"width": 64}}
 
 
 def bench_updates(base: ppo.PPOConfig, num_envs: int, repeats: int) -> dict:
@@ -65,6 +76,8 @@ def bench_updates(base: ppo.PPOConfig, num_envs: int, repeats: int) -> dict:
                        repeats=repeats, min_time=0.5)  # fmt: skip
     steps = num_envs * setup.episode_len
     return {
+        "encoder": config.encoder,
+        "width": config.width,
         "num_envs": num_envs,
         "episode_steps": setup.episode_len,
         "update_s": t_update,
@@ -72,6 +85,7 @@ def bench_updates(base: ppo.PPOConfig, num_envs: int, repeats: int) -> dict:
         "rollout_steps_per_s": steps / t_rollout,
         "rollout_share": t_rollout / t_update,
         "compile_s": compile_s,
+        "load_avg_1min": os.getloadavg()[0],  # the machine is shared: the load at this row
     }
 
 
@@ -110,8 +124,11 @@ def main(argv=None) -> None:
     ap.add_argument("--model", default="bert-base")
     ap.add_argument("--platform", default="edge")
     ap.add_argument("--num-envs", type=int, nargs="+", default=[64, 256, 1024, 4096])
-    ap.add_argument("--seeds", type=int, nargs="+", default=[2, 4, 8])
+    ap.add_argument("--seeds", type=int, nargs="*", default=[2, 4, 8],
+                    help="seed counts of part 2 (none: skip it)")  # fmt: skip
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--encoders", nargs="+", default=["deepsets", "episode"],
+                    choices=list(ENCODER_SETTINGS))  # fmt: skip
     ap.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     args = ap.parse_args(argv)
     if args.quick:
@@ -121,8 +138,15 @@ def main(argv=None) -> None:
     console = Console()
     rows = []
     for n in args.num_envs:
-        rows.append(bench_updates(base, n, args.repeats))
-        console.print(f"num_envs={n}: {rows[-1]['train_steps_per_s']:,.0f} env steps/s")
+        for enc in args.encoders:
+            cfg = dataclasses.replace(base, encoder=enc, **ENCODER_SETTINGS[enc])
+            rows.append(bench_updates(cfg, n, args.repeats))
+            console.print(f"{enc}, num_envs={n}: {rows[-1]['train_steps_per_s']:,.0f} env "
+                          f"steps/s (load {os.getloadavg()[0]:.1f})")  # fmt: skip
+    for r in rows:
+        ref = [q for q in rows if q["encoder"] == "deepsets" and q["num_envs"] == r["num_envs"]]
+        if ref:
+            r["speedup_vs_deepsets"] = r["train_steps_per_s"] / ref[0]["train_steps_per_s"]
     seed_cfg = dataclasses.replace(
         base, num_envs=256, num_updates=4, imitation_steps=0, bc_coef=0.0
     )
@@ -132,13 +156,16 @@ def main(argv=None) -> None:
         console.print(f"seeds={s}: {seed_rows[-1]['speedup']:.2f}x over a loop")
 
     table = Table(title=f"PPO training throughput, {args.model} on {args.platform} (CPU)")
-    for col in ("num_envs", "s / update", "env steps/s (training)", "env steps/s (rollout "
-                "only)", "rollout share", "compile s"):  # fmt: skip
+    for col in ("encoder", "num_envs", "s / update", "env steps/s (training)",
+                "env steps/s (rollout only)", "rollout share", "vs deepsets",
+                "compile s"):  # fmt: skip
         table.add_column(col, justify="right")
     for r in rows:
-        table.add_row(str(r["num_envs"]), f"{r['update_s']:.2f}",
+        vs = r.get("speedup_vs_deepsets")
+        table.add_row(r["encoder"], str(r["num_envs"]), f"{r['update_s']:.2f}",
                       f"{r['train_steps_per_s']:,.0f}", f"{r['rollout_steps_per_s']:,.0f}",
-                      f"{r['rollout_share']:.0%}", f"{r['compile_s']:.1f}")  # fmt: skip
+                      f"{r['rollout_share']:.0%}", "-" if vs is None else f"{vs:.1f}x",
+                      f"{r['compile_s']:.1f}")  # fmt: skip
     console.print(table)
     table = Table(title=f"Seeds in one call: vmap(train) vs a loop ({seed_cfg.num_envs} envs, "
                   f"{seed_cfg.num_updates} updates per seed)")  # fmt: skip
@@ -160,7 +187,10 @@ def main(argv=None) -> None:
         "updates": rows,
         "seeds": seed_rows,
         "seed_config": {"num_envs": seed_cfg.num_envs, "num_updates": seed_cfg.num_updates},
-        "speedup_is": "seeds: loop over jitted train / vmap(train), same run",
+        "speedup_is": "seeds: loop over jitted train / vmap(train), same run; updates: "
+        "speedup_vs_deepsets = training steps/s over the deepsets encoder's, same num_envs, "
+        "same run",
+        "encoder_settings": {e: ENCODER_SETTINGS[e] for e in args.encoders},
     }
     path = write_json("train", doc)
     console.print(f"wrote {path}")

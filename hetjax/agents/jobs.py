@@ -52,8 +52,11 @@ def train_job(config, out: Path, *, resume: bool = False, held_out: int = 256, c
     doc = {"config": dataclasses.asdict(config), "job": job, "preset": preset, "held_out": held,
            "training": {"updates": int(runner.update), "wall_s": rows[-1]["wall_s"],
                         "selected_update": selected["update"],
-                        "selected_val_gap_pct": selected["val_gap_pct"],
-                        "final_val_gap_pct": rows[-1]["val_gap_pct"],
+                        # without a teacher the selection is by validation score (no gap)
+                        "selected_val_gap_pct": selected.get("val_gap_pct"),
+                        "final_val_gap_pct": rows[-1].get("val_gap_pct"),
+                        "selected_val_score": selected.get("val_score"),
+                        "final_val_score": rows[-1].get("val_score"),
                         "validation_platforms": trainer.n_validation}}  # fmt: skip
     report.plot_learning_curve(rows, Path(out) / "learning_curve.png")
     report.plot_load_distribution(setup, plan, opt_plan, Path(out) / "load_distribution.png",

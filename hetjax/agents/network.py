@@ -13,7 +13,8 @@ import jax.numpy as jnp
 
 __all__ = ["ActorCritic", "ENCODERS", "masked_logits"]
 
-ENCODERS = ("deepsets", "attention")  # how the network summarises the model's blocks
+ENCODERS = ("deepsets", "attention", "episode")  # how the network summarises the blocks
+# ("episode": `episode_net.EpisodeActorCritic`, blocks and platform encoded once per episode)
 
 
 def masked_logits(logits: jax.Array, mask: jax.Array) -> jax.Array:

@@ -25,11 +25,14 @@ import numpy as np
 import optax
 
 import hetjax as hj
+from hetjax.agents.episode_net import EpisodeActorCritic
 from hetjax.agents.network import ENCODERS, ActorCritic
 from hetjax.env import PlacementEnv
 
 __all__ = [
     "ADVANTAGES",
+    "FROM_SCRATCH",
+    "TEACHERS",
     "PPOConfig",
     "Transition",
     "RunnerState",
@@ -41,12 +44,17 @@ __all__ = [
     "sample_models",
     "concat_teachers",
     "greedy_rollout",
+    "policy_apply",
     "best_of_k_rollout",
     "demo_pairs",
 ]
 
 
-ADVANTAGES = ("gae", "greedy_baseline")
+ADVANTAGES = ("gae", "greedy_baseline", "group_mean")
+# the first static group of Observation.features and the first dynamic column group of
+# Observation.blocks (docs/environment.md): what the episode encoder caches per episode
+STATIC_FEATURES_FROM = "batch_choices"
+DYNAMIC_BLOCK_FROM = "placed_on"
 TIES = ("as_solved", "lexmin")  # how the teacher picks among tied plans (teachers.canonical_ties)
 
 
@@ -75,7 +83,11 @@ class PPOConfig:
     num_updates: int = 30  # PPO updates (one episode per environment each)
     update_epochs: int = 4
     num_minibatches: int = 4
-    advantage: str = "gae"  # "gae" or "greedy_baseline" (return minus the greedy policy's)
+    # "gae", "greedy_baseline" (return minus the greedy policy's) or "group_mean": each sampled
+    # platform is run by `group_size` environments, and an episode's advantage is its return
+    # minus the mean return of the others on its platform (leave-one-out; no critic)
+    advantage: str = "gae"
+    group_size: int = 8  # group_mean only: environments per sampled platform
     gamma: float = 1.0  # episodic, terminal reward
     gae_lambda: float = 0.95
     clip_eps: float = 0.2
@@ -86,7 +98,9 @@ class PPOConfig:
     anneal_lr: bool = True
     epsilon: float = 0.15  # epsilon-greedy exploration (the design's 0.15); 0 = off
     imitation_steps: int = 4000  # behaviour-cloning steps before PPO; 0 = off
-    imitation_teacher: str = "exact"  # "exact" (optimal plans) or a baseline strategy name
+    # "exact" (optimal plans), a baseline strategy name, or "none": learn from scratch (no
+    # cloning, no BC term, and the trainer selects by validation score, never solving exactly)
+    imitation_teacher: str = "exact"
     imitation_platforms: int = 2048  # platforms the teacher solves
     imitation_ties: str = "as_solved"  # tied teacher plans: as the search returns, or "lexmin"
     imitation_batch: int = 1024  # (observation, action) pairs per cloning step
@@ -99,8 +113,11 @@ class PPOConfig:
     dagger_rounds: int = 0
     dagger_platforms: int = 1024
     dagger_steps: int = 2000
-    encoder: str = "deepsets"  # block summary: "deepsets" (pooled MLP) or "attention"
+    # block summary: "deepsets" (pooled MLP), "attention", or "episode" (blocks and platform
+    # encoded once per episode, a small per-step head: agents.episode_net)
+    encoder: str = "deepsets"
     width: int = 128
+    head_width: int = 64  # episode encoder only: the per-step head's width
     heads: int = 4  # attention encoder only
     layers: int = 2  # attention encoder only
     seed: int = 0
@@ -128,11 +145,23 @@ class PPOConfig:
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
 
 
+# What `hetjax train --teacher none` trains with (options given on the command line win):
+# no teacher at all, the cheap-step "episode" encoder and the PPO settings measured for
+# learning from scratch (docs/agent.md, "Learning from scratch").
+FROM_SCRATCH = {
+    "imitation_teacher": "none", "imitation_steps": 0, "bc_coef": 0.0,
+    "encoder": "episode", "width": 64, "head_width": 64,
+    "advantage": "greedy_baseline", "lr": 1e-3, "ent_coef": 0.01, "epsilon": 0.05,
+    "num_envs": 256, "num_updates": 400, "num_minibatches": 2, "update_epochs": 2,
+}  # fmt: skip
+TEACHERS = ("exact", "none")  # besides every name in hj.baselines.STRATEGIES
+
 # Numeric ranges of PPOConfig, checked when one is made (names and choices: `make_setup`).
 _INTS = {  # field: smallest value
     "seq_len": 1, "num_envs": 1, "num_updates": 0, "update_epochs": 1, "num_minibatches": 1,
     "imitation_steps": 0, "imitation_platforms": 1, "imitation_batch": 1, "dagger_rounds": 0,
     "dagger_platforms": 1, "dagger_steps": 1, "width": 1, "heads": 1, "layers": 1,
+    "head_width": 1, "group_size": 1,
 }  # fmt: skip
 _POSITIVE = ("clip_eps", "max_grad_norm", "lr", "imitation_lr")
 _NON_NEGATIVE = ("vf_coef", "ent_coef", "imitation_vf_coef", "bc_coef")
@@ -296,6 +325,11 @@ def make_setup(config: PPOConfig) -> Setup:
         )
     if config.advantage not in ADVANTAGES:
         raise hj.PlanError(f"advantage={config.advantage!r}: must be one of {ADVANTAGES}")
+    if config.advantage == "group_mean" and (
+        config.group_size < 2 or config.num_envs % config.group_size
+    ):
+        raise hj.PlanError(f"group_size={config.group_size}: group_mean needs >= 2 that divides "
+                           f"num_envs={config.num_envs}")  # fmt: skip
     if config.imitation_ties not in TIES:
         raise hj.PlanError(f"imitation_ties={config.imitation_ties!r}: must be one of {TIES}")
     if config.encoder not in ENCODERS:
@@ -311,6 +345,14 @@ def make_setup(config: PPOConfig) -> Setup:
         raise hj.PlanError(f"dagger_rounds={config.dagger_rounds} follows cloning of the exact "
                            f"teacher: needs imitation_teacher='exact' (got "
                            f"{config.imitation_teacher!r}) and imitation_steps > 0")  # fmt: skip
+    teachers = TEACHERS + tuple(hj.baselines.STRATEGIES)
+    if config.imitation_teacher not in teachers:
+        raise hj.PlanError(f"imitation_teacher={config.imitation_teacher!r}: must be one of "
+                           f"{teachers}")  # fmt: skip
+    if config.imitation_teacher == "none" and (config.imitation_steps or config.bc_coef):
+        raise hj.PlanError(f"imitation_teacher='none' learns without a teacher: needs "
+                           f"imitation_steps=0 (got {config.imitation_steps}) and bc_coef=0 "
+                           f"(got {config.bc_coef})")  # fmt: skip
     if not 0.0 <= config.epsilon < 1.0:
         raise hj.PlanError(f"epsilon={config.epsilon}: must be in [0, 1)")
     names = (config.model,) + tuple(config.models)
@@ -333,8 +375,15 @@ def make_setup(config: PPOConfig) -> Setup:
     graph = graphs[0]
     base = env.pad_platform(base)
     episode_len = 1 + max(int(np.asarray(g.block_mask).sum()) for g in graphs)
-    network = ActorCritic(env.num_actions, config.width, config.heads, config.layers,
-                          config.encoder)  # fmt: skip
+    if config.encoder == "episode":
+        network = EpisodeActorCritic(
+            env.num_actions, env.feature_layout[STATIC_FEATURES_FROM].start,
+            env.block_feature_layout[DYNAMIC_BLOCK_FROM].start, env.d_max, config.width,
+            config.head_width,
+        )  # fmt: skip
+    else:
+        network = ActorCritic(env.num_actions, config.width, config.heads, config.layers,
+                              config.encoder)  # fmt: skip
     minibatch_steps = config.update_epochs * config.num_minibatches * config.num_updates
 
     def lr(count):
@@ -391,16 +440,60 @@ def _sample_action(key, logits, mask, epsilon):
     return jnp.where(explore, uniform, policy)
 
 
+def _episode_fns(setup: Setup, net_params):
+    """(encode, step) of the episode encoder over a batch of environments [E]."""
+    net = setup.network
+    encode = jax.vmap(lambda o: net.apply(net_params, o, method=net.encode))
+    step = jax.vmap(lambda c, o: net.apply(net_params, c, o, method=net.step))
+    return encode, step
+
+
+def policy_apply(setup: Setup, net_params, obs):
+    """(logits f32[..., A], value f32[...]) of observations with any leading axes.
+
+    Observations [T, E] in episode order (step t of environment e's one episode, as
+    `_rollout` stores them) with the "episode" encoder take its cached path, as the rollout
+    did: each episode is encoded at its batch step and at its first block step, and every
+    later step reads the latter. Other shapes, and the other encoders, apply the network to
+    every observation (the full recomputation, equal to the cached path)."""
+    lead = obs.current.shape
+    if setup.config.encoder == "episode" and len(lead) == 2 and lead[0] >= 2:
+        encode, step = _episode_fns(setup, net_params)
+        at = lambda t: jax.tree.map(lambda x: x[t], obs)  # noqa: E731
+        first = step(encode(at(0)), at(0))
+        ctx = encode(at(1))
+        rest = jax.vmap(lambda o: step(ctx, o))(jax.tree.map(lambda x: x[1:], obs))
+        return jax.tree.map(lambda a, b: jnp.concatenate([a[None], b]), first, rest)
+    flat = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[len(lead) :]), obs)
+    logits, value = jax.vmap(setup.network.apply, in_axes=(None, 0))(net_params, flat)
+    return logits.reshape(lead + logits.shape[1:]), value.reshape(lead)
+
+
 def _rollout(setup: Setup, net_params, key, params, epsilon, greedy=False):
-    """One episode per environment (T = episode length steps). Returns Transition [T, E]."""
+    """One episode per environment (T = episode length steps). Returns Transition [T, E].
+
+    The "episode" encoder encodes each environment's episode at the batch step and again at
+    the first block step (the static block rows are read at the chosen batch), then runs only
+    its per-step head."""
     env, net = setup.env, setup.network
     n = jax.tree.leaves(params)[0].shape[0]
     k_reset, k_steps = jax.random.split(key)
     obs, state = jax.vmap(env.reset)(jax.random.split(k_reset, n), params)
+    cached = setup.config.encoder == "episode"
+    if cached:
+        encode, apply_step = _episode_fns(setup, net_params)
+        ctx = encode(obs)
+    else:
+        ctx = None
 
-    def step(carry, k):
-        obs, state, alive = carry
-        logits, value = jax.vmap(net.apply, in_axes=(None, 0))(net_params, obs)
+    def step(carry, xs):
+        obs, state, alive, ctx = carry
+        k, t = xs
+        if cached:
+            ctx = jax.lax.cond(t == 1, encode, lambda _: ctx, obs)
+            logits, value = apply_step(ctx, obs)
+        else:
+            logits, value = jax.vmap(net.apply, in_axes=(None, 0))(net_params, obs)
         ka, ks = jax.random.split(k)
         if greedy:
             action = jnp.argmax(logits, -1)
@@ -413,10 +506,11 @@ def _rollout(setup: Setup, net_params, key, params, epsilon, greedy=False):
         done = term | trunc
         t = Transition(obs, action, logp, value, reward, done, alive,
                        jnp.where(done, info["score"], 0.0))  # fmt: skip
-        return (obs2, state, alive & ~done), t
+        return (obs2, state, alive & ~done, ctx), t
 
     keys = jax.random.split(k_steps, setup.episode_len)
-    _, traj = jax.lax.scan(step, (obs, state, jnp.ones(n, bool)), keys)
+    steps = jnp.arange(setup.episode_len)
+    _, traj = jax.lax.scan(step, (obs, state, jnp.ones(n, bool), ctx), (keys, steps))
     return traj
 
 
@@ -474,9 +568,21 @@ def _greedy_baseline(setup: Setup, net_params, key, params, traj: Transition):
     return to_go - base[None], to_go
 
 
+def _group_mean(traj: Transition, g: int):
+    """Advantages and value targets [T, E] against the mean return of the other g - 1 episodes
+    on the same platform (environments e = i * g + j share platform i)."""
+    rewards = jnp.where(traj.valid, traj.reward, 0.0)
+    to_go = jnp.flip(jnp.cumsum(jnp.flip(rewards, 0), 0), 0)  # [T, E]
+    ret = to_go[0].reshape(-1, g)  # [E/g, g] episode returns
+    others = (ret.sum(1, keepdims=True) - ret) / (g - 1)
+    return to_go - others.reshape(-1)[None], to_go
+
+
 def _ppo_loss(setup: Setup, net_params, batch, adv, target):
+    """PPO's loss on transitions with any leading axes ([T, E] whole episodes take the
+    episode encoder's cached path, `policy_apply`)."""
     c = setup.config
-    logits, value = jax.vmap(setup.network.apply, in_axes=(None, 0))(net_params, batch.obs)
+    logits, value = policy_apply(setup, net_params, batch.obs)
     logp = behaviour_log_prob(logits, batch.obs.action_mask, batch.action, c.epsilon)
     w = batch.valid.astype(jnp.float32)
     denom = jnp.maximum(w.sum(), 1.0)
@@ -505,12 +611,20 @@ def make_update(setup: Setup, demos=None, demo_weighted: bool = False):
 
     def update(runner: RunnerState):
         key, k_plat, k_roll, k_perm = jax.random.split(runner.key, 4)
-        params = _env_params(setup, sample_platforms(setup, k_plat, c.num_envs),
-                             sample_models(setup, k_plat, c.num_envs))  # fmt: skip
+        if c.advantage == "group_mean":  # group_size environments per platform (and model)
+            n = c.num_envs // c.group_size
+            rep = lambda x: jnp.repeat(x, c.group_size, axis=0)  # noqa: E731
+            params = jax.tree.map(rep, _env_params(setup, sample_platforms(setup, k_plat, n),
+                                                   sample_models(setup, k_plat, n)))  # fmt: skip
+        else:
+            params = _env_params(setup, sample_platforms(setup, k_plat, c.num_envs),
+                                 sample_models(setup, k_plat, c.num_envs))  # fmt: skip
         k_roll, k_base = jax.random.split(k_roll)
         traj = _rollout(setup, runner.params, k_roll, params, c.epsilon)
         if c.advantage == "greedy_baseline":
             adv, target = _greedy_baseline(setup, runner.params, k_base, params, traj)
+        elif c.advantage == "group_mean":
+            adv, target = _group_mean(traj, c.group_size)
         else:
             adv, target = _gae(traj, c.gamma, c.gae_lambda)
         # flatten [T, E] -> minibatches over environments (whole episodes stay together)
@@ -525,7 +639,7 @@ def make_update(setup: Setup, demos=None, demo_weighted: bool = False):
                 total, info = _ppo_loss(setup, p, *flat)
                 if use_bc:
                     obs, actions, valid = demos
-                    size = min(c.imitation_batch, flat[1].shape[0])
+                    size = min(c.imitation_batch, flat[1].size)
                     pick = jax.random.randint(kd, (size,), 0, actions.shape[0])
                     logits, _ = jax.vmap(setup.network.apply, in_axes=(None, 0))(
                         p, jax.tree.map(lambda x: x[pick], obs)
@@ -544,7 +658,10 @@ def make_update(setup: Setup, demos=None, demo_weighted: bool = False):
                 net_params, opt_state = carry
                 idx, kd = xs
                 tr, a, tg = jax.tree.map(lambda x: x[:, idx], data)
-                flat = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), (tr, a, tg))
+                if c.encoder == "episode":  # whole episodes [T, E/minibatches]: cached path
+                    flat = (tr, a, tg)
+                else:
+                    flat = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), (tr, a, tg))
                 grads, info = jax.grad(loss, has_aux=True)(net_params, flat, kd)
                 updates, opt_state = setup.optimizer.update(grads, opt_state, net_params)
                 return (optax.apply_updates(net_params, updates), opt_state), info

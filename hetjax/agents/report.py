@@ -235,16 +235,23 @@ def plot_learning_curve(rows, path):
     a1.set_xlabel("PPO update")
     a1.set_ylabel("mean training score (sampled platforms)")
     # one point per stage: after cloning, after each DAgger round, after each PPO chunk
-    val = [r for r in rows if "val_gap_pct" in r]
+    # the validation gap; a run without a teacher solves no optimum: its validation score
+    key = "val_gap_pct" if any("val_gap_pct" in r for r in rows) else "val_score"
+    val = [r for r in rows if key in r]
     names = [str(r["update"]) if r.get("phase") == "ppo" else
              "clone" if r.get("phase") == "imitation" else str(r.get("phase"))
              for r in val]  # fmt: skip
-    gaps = [r["val_gap_pct"] for r in val]
-    a2.plot(range(len(val)), gaps, marker="o", color="C1")
-    a2.set_xticks(range(len(val)), names, rotation=30 if len(val) > 8 else 0)
+    gaps = [r[key] for r in val]
+    a2.plot(range(len(val)), gaps, marker="o" if len(val) <= 40 else None, color="C1")
+    if len(val) > 12:  # about ten labelled ticks
+        step = -(-len(val) // 10)
+        a2.set_xticks(range(0, len(val), step), names[::step], rotation=30)
+    else:
+        a2.set_xticks(range(len(val)), names, rotation=30 if len(val) > 8 else 0)
     a2.set_xlabel("stage (numbers: PPO updates)")
-    a2.set_ylabel("validation gap to optimum (%)")
-    if gaps and max(gaps) > 10 * max(min(gaps), 0.1):  # a wide range (e.g. from scratch)
+    a2.set_ylabel("validation gap to optimum (%)" if key == "val_gap_pct"
+                  else "validation mean score (greedy)")  # fmt: skip
+    if key == "val_gap_pct" and gaps and max(gaps) > 10 * max(min(gaps), 0.1):  # wide range
         a2.set_yscale("symlog", linthresh=1.0)
     fig.suptitle("learning curve")
     save_figure(fig, path)

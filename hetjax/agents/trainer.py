@@ -147,9 +147,12 @@ class Trainer:
                            jnp.asarray(z["values"]), jnp.asarray(z["valid"]))  # fmt: skip
 
     def _validation(self):
-        """Validation platforms, their models (int32[V]; all 0 with one model), exact optima."""
+        """Validation platforms, their models (int32[V]; all 0 with one model), exact optima
+        (None when learning without a teacher: nothing in training solves exactly)."""
         platforms = ppo.sample_platforms(self.setup, self.keys["validation"], self.n_validation)
         models = ppo.sample_models(self.setup, self.keys["validation"], self.n_validation)
+        if self.config.imitation_teacher == "none":
+            return platforms, models, None
         path = self.out / "validation.npz"
         if path.exists():
             return platforms, models, np.load(path)["optimum"]
@@ -174,28 +177,39 @@ class Trainer:
             runner, extra = load_checkpoint(ckpt, template)
             rows = extra["rows"]
             imitation_done = extra["imitation_done"]
-            best_gap = extra.get("best_val_gap_pct", float("inf"))
+            best_gap = extra.get("best_val_gap_pct", float("inf"))  # the selection criterion
         else:
             runner, imitation_done = template, False
-        with _status(progress, f"exact optima of {self.n_validation} validation platforms"):
+        what = (
+            "validation platforms (no teacher: no exact optima)"
+            if c.imitation_teacher == "none"
+            else f"exact optima of {self.n_validation} validation platforms"
+        )
+        with _status(progress, what):
             val_platforms, val_models, val_opt = self._validation()
 
-        def val_gap(params):
+        def validate(params) -> dict:
+            """The greedy policy's mean validation score and (with a teacher) gap in %."""
             s = np.asarray(self._greedy(params, self.keys["rollout"], val_platforms, val_models)[0])
-            return float(np.mean(hj_gap(s, val_opt)))
+            out = {"val_score": float(np.mean(s))}
+            if val_opt is not None:
+                out["val_gap_pct"] = float(np.mean(hj_gap(s, val_opt)))
+            return out
 
-        def keep_if_best(runner, gap):  # model selection over every stage
+        def criterion(m: dict) -> float:  # lower is better: the gap, else minus the score
+            return m["val_gap_pct"] if "val_gap_pct" in m else -m["val_score"]
+
+        def keep_if_best(runner, m):  # model selection over every stage
             nonlocal best_gap
-            if gap < best_gap or not best_path.exists():
-                best_gap = min(gap, best_gap)
-                save_checkpoint(best_path, runner, {"val_gap_pct": gap,
-                                                    "update": int(runner.update)})  # fmt: skip
+            if criterion(m) < best_gap or not best_path.exists():
+                best_gap = min(criterion(m), best_gap)
+                save_checkpoint(best_path, runner, {**m, "update": int(runner.update)})
 
-        def checkpoint(runner, gap, *copies):
+        def checkpoint(runner, m, *copies):
             """The best runner first, then `copies` of the checkpoint, then the checkpoint
             itself: a kill between two writes never loses a file the resumed run will not
             write again (each write is atomic)."""
-            keep_if_best(runner, gap)
+            keep_if_best(runner, m)
             extra = {"rows": rows, "imitation_done": imitation_done, "best_val_gap_pct": best_gap}
             for path in (*copies, ckpt):
                 save_checkpoint(path, runner, extra)
@@ -215,10 +229,10 @@ class Trainer:
                 losses = np.asarray(losses)
             rows.append({"update": 0, "phase": "imitation", "imitation_loss_first":
                          float(losses[0]), "imitation_loss": float(losses[-1]),
-                         "val_gap_pct": val_gap(runner.params),
+                         **validate(runner.params),
                          "wall_s": time.perf_counter() - t_start})  # fmt: skip
             for r in range(c.dagger_rounds):
-                keep_if_best(runner, rows[-1]["val_gap_pct"])  # the clone / previous round
+                keep_if_best(runner, rows[-1])  # the clone / previous round
                 with _status(progress, f"DAgger round {r + 1}: exact labels of "
                              f"{c.dagger_platforms} greedy episodes"):  # fmt: skip
                     teacher = ppo.concat_teachers(teacher, self._dagger(r, runner.params))
@@ -230,12 +244,12 @@ class Trainer:
                     losses = np.asarray(losses)
                 rows.append({"update": 0, "phase": f"dagger {r + 1}", "imitation_loss_first":
                              float(losses[0]), "imitation_loss": float(losses[-1]),
-                             "val_gap_pct": val_gap(runner.params),
+                             **validate(runner.params),
                              "wall_s": time.perf_counter() - t_start})  # fmt: skip
             imitation_done = True
             # imitation.msgpack: the clone alone, so variants that change only PPO settings
             # can start from it (written before the checkpoint that marks cloning done)
-            checkpoint(runner, rows[-1]["val_gap_pct"], self.out / "imitation.msgpack")
+            checkpoint(runner, rows[-1], self.out / "imitation.msgpack")
         if teacher is not None and c.dagger_rounds and teacher.labels is None:  # resumed
             for r in range(c.dagger_rounds):
                 teacher = ppo.concat_teachers(teacher, self._dagger(r, None))
@@ -270,16 +284,18 @@ class Trainer:
                 runner, metrics = chunk_fn(runner, length)
                 m = {k: float(np.mean(np.asarray(v))) for k, v in metrics.items()}
                 row = {"update": int(runner.update), "phase": "ppo", **m,
-                       "val_gap_pct": val_gap(runner.params),
+                       **validate(runner.params),
                        "wall_s": time.perf_counter() - t_start}  # fmt: skip
                 rows.append(row)
-                checkpoint(runner, row["val_gap_pct"])
-                bar.update(task, advance=length, status=f"score {m['score']:.3f}  "
-                           f"val gap {row['val_gap_pct']:.2f}%")  # fmt: skip
+                checkpoint(runner, row)
+                val = (f"val gap {row['val_gap_pct']:.2f}%" if "val_gap_pct" in row
+                       else f"val score {row['val_score']:.4f}")  # fmt: skip
+                bar.update(task, advance=length, status=f"score {m['score']:.3f}  {val}")
         return runner, rows
 
     def best(self) -> tuple[ppo.RunnerState, dict]:
-        """The runner with the lowest validation gap so far and {"val_gap_pct", "update"}."""
+        """The runner with the lowest validation gap (without a teacher: the highest validation
+        score) so far and {"val_gap_pct" (with a teacher), "val_score", "update"}."""
         template = jax.jit(lambda k: ppo.init_runner(self.setup, k))(self.keys["train"])
         return load_checkpoint(self.out / "best.msgpack", template)
 

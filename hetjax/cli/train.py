@@ -31,6 +31,13 @@ def train_cmd(
     platform: Annotated[str, typer.Option(help="preset to sample platforms around")] = "edge",
     num_envs: Annotated[int | None, typer.Option(help="parallel environments")] = None,
     num_updates: Annotated[int | None, typer.Option(help="PPO updates")] = None,
+    teacher: Annotated[
+        str,
+        typer.Option(
+            help="exact (clone exact optima) | none (learn from scratch, the "
+            "FROM_SCRATCH settings) | a baseline name (clone its plans)"
+        ),
+    ] = "exact",
     imitation_steps: Annotated[int | None, typer.Option(help="cloning steps (0 = off)")] = None,
     imitation_platforms: Annotated[
         int | None, typer.Option(help="platforms the exact teacher solves")
@@ -47,9 +54,15 @@ def train_cmd(
         typer.Option(help="DAgger rounds after cloning: exact labels of the policy's states"),
     ] = None,
     advantage: Annotated[str | None, typer.Option(help="gae | greedy_baseline")] = None,
-    encoder: Annotated[str | None, typer.Option(help="deepsets | attention")] = None,
+    encoder: Annotated[str | None, typer.Option(help="deepsets | attention | episode")] = None,
     held_out: Annotated[int, typer.Option(help="held-out platforms")] = 256,
-    chunk: Annotated[int, typer.Option(help="PPO updates per jitted chunk")] = 10,
+    chunk: Annotated[
+        int | None,
+        typer.Option(
+            help="PPO updates per jitted chunk (default 10; --teacher none: "
+            "num_updates // 100, a learning curve of 100 points)"
+        ),
+    ] = None,
     best_of: Annotated[
         int,
         typer.Option(help="the policy's plan: best of the greedy and K sampled (0 = greedy)"),
@@ -63,7 +76,15 @@ def train_cmd(
     Options left out take the `PPOConfig` defaults."""
     import hetjax as hj
     from hetjax.agents.network import ENCODERS
-    from hetjax.agents.ppo import ADVANTAGES, TIES, PPOConfig, load_model, make_setup
+    from hetjax.agents.ppo import (
+        ADVANTAGES,
+        FROM_SCRATCH,
+        TEACHERS,
+        TIES,
+        PPOConfig,
+        load_model,
+        make_setup,
+    )
 
     # every option is checked before any work starts (nothing is written on a bad one)
     for opt, v, low in [("--num-envs", num_envs, 1), ("--num-updates", num_updates, 0),
@@ -75,6 +96,7 @@ def train_cmd(
                         ("--seq-len", seq_len, 1)]:  # fmt: skip
         checks.at_least(opt, v, low)
     checks.in_range("--epsilon", epsilon, 0.0, 1.0, high_open=True)
+    checks.one_of("--teacher", teacher, TEACHERS + tuple(hj.baselines.STRATEGIES))
     checks.one_of("--imitation-ties", imitation_ties, TIES)
     checks.one_of("--advantage", advantage, ADVANTAGES)
     checks.one_of("--encoder", encoder, ENCODERS)
@@ -87,13 +109,17 @@ def train_cmd(
                  epsilon=epsilon, bc_coef=bc_coef, dagger_rounds=dagger_rounds,
                  advantage=advantage, encoder=encoder)  # fmt: skip
     extra = tuple(m.strip() for m in models.split(",") if m.strip()) if models else ()
+    # --teacher none: the from-scratch settings; options given here still win
+    settings = dict(FROM_SCRATCH) if teacher == "none" else {"imitation_teacher": teacher}
+    settings.update({k: v for k, v in given.items() if v is not None})
     config = PPOConfig(model=model, models=extra, platform=platform, seed=seed, seq_len=seq_len,
-                       dims=tuple(dims.items()), blocks=blocks,
-                       **{k: v for k, v in given.items() if v is not None})  # fmt: skip
+                       dims=tuple(dims.items()), blocks=blocks, **settings)  # fmt: skip
     for name in (model, *extra):
         with checks.naming("--models" if name in extra else "--model", name):
             load_model(config, name)
     make_setup(config)  # the config's own rules (e.g. num_envs a multiple of num_minibatches)
+    if chunk is None:
+        chunk = max(1, config.num_updates // 100) if teacher == "none" else 10
     doc = train_job(config, out, resume=resume, held_out=held_out, chunk=chunk, best_of=best_of)
     p, h = doc["preset"], doc["held_out"]
     t = Table(title=f"learned policy: {model} on {platform}")

@@ -1,0 +1,146 @@
+"""The "episode" encoder: per-episode encoding cached in the rollout and the update.
+
+Its cached path (encode once per episode, a small head per step) must equal the full
+recomputation (`network.apply` on every observation), and a tiny from-scratch run must learn.
+"""
+
+import dataclasses
+
+import jax
+import numpy as np
+import pytest
+
+import hetjax as hj
+from hetjax.agents import ppo, report
+from hetjax.agents.trainer import Trainer
+
+EPISODE = ppo.PPOConfig(
+    model="bert-tiny", seq_len=16, num_envs=8, num_updates=2, num_minibatches=2,
+    update_epochs=2, imitation_steps=0, bc_coef=0.0, encoder="episode", width=16,
+    head_width=16,
+)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def setup():
+    return ppo.make_setup(EPISODE)
+
+
+@pytest.fixture(scope="module")
+def rollout(setup):
+    runner = jax.jit(lambda k: ppo.init_runner(setup, k))(jax.random.key(0))
+    params = ppo._env_params(setup, ppo.sample_platforms(setup, jax.random.key(1), 8))
+    roll = jax.jit(lambda p, k, e: ppo._rollout(setup, p, k, e, 0.15))
+    return runner, params, roll(runner.params, jax.random.key(2), params)
+
+
+def test_cached_path_equals_the_full_recomputation(setup, rollout):
+    runner, _, traj = rollout
+    net = setup.network
+    t_len, n = traj.action.shape
+    flat = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), traj.obs)
+    full_logits, full_value = jax.jit(jax.vmap(net.apply, in_axes=(None, 0)))(runner.params, flat)
+    full_logits = np.asarray(full_logits).reshape(t_len, n, -1)
+    full_value = np.asarray(full_value).reshape(t_len, n)
+    # the update's cached path on whole episodes [T, E]
+    logits, value = jax.jit(lambda p, o: ppo.policy_apply(setup, p, o))(runner.params, traj.obs)
+    np.testing.assert_allclose(np.asarray(logits), full_logits, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(value), full_value, rtol=1e-5, atol=1e-5)
+    # the rollout's cached path (lax.cond-encoded context carried through the scan)
+    np.testing.assert_allclose(np.asarray(traj.value), full_value, rtol=1e-5, atol=1e-5)
+    want_logp = ppo.behaviour_log_prob(full_logits, np.asarray(traj.obs.action_mask),
+                                       np.asarray(traj.action), EPISODE.epsilon)  # fmt: skip
+    np.testing.assert_allclose(np.asarray(traj.log_prob), want_logp, rtol=1e-5, atol=1e-5)
+    assert traj.valid.all() and traj.done[-1].all()
+
+
+def test_what_is_encoded_does_not_change_after_the_batch_step(setup, rollout):
+    """The context of every block step equals the first block step's: the observation's
+    static parts are what the environment says they are."""
+    runner, _, traj = rollout
+    net = setup.network
+    encode = jax.jit(jax.vmap(jax.vmap(lambda o: net.apply(runner.params, o, method=net.encode))))
+    ctx = encode(traj.obs)  # [T, E]
+    for leaf in jax.tree.leaves(ctx):
+        leaf = np.asarray(leaf)
+        np.testing.assert_array_equal(leaf[2:], np.broadcast_to(leaf[1], leaf[2:].shape))
+        assert np.isfinite(leaf).all()
+    # the batch step's context differs (block rows at the first allowed batch, not the chosen)
+    chose_other = np.asarray(traj.action[0]) != np.argmax(np.asarray(traj.obs.action_mask[0]), -1)
+    if chose_other.any():
+        cur = np.asarray(ctx.current)
+        assert not np.allclose(cur[0][chose_other], cur[1][chose_other])
+
+
+def test_first_epoch_ratio_is_one_on_whole_episodes(setup, rollout):
+    runner, _, traj = rollout
+    adv, target = ppo._gae(traj, 1.0, 0.95)
+    _, info = jax.jit(lambda p: ppo._ppo_loss(setup, p, traj, adv, target))(runner.params)
+    assert float(info["approx_kl"]) == pytest.approx(0.0, abs=1e-6)
+
+
+def test_a_tiny_from_scratch_run_learns():
+    """bert-tiny around `edge`, no teacher: the greedy policy's mean score on fixed platforms
+    rises clearly above the random initial policy's."""
+    cfg = dataclasses.replace(EPISODE, num_envs=64, num_updates=25, lr=3e-3, ent_coef=0.01,
+                              advantage="greedy_baseline", epsilon=0.05, width=32,
+                              head_width=32)  # fmt: skip
+    setup = ppo.make_setup(cfg)
+    platforms = ppo.sample_platforms(setup, jax.random.key(99), 64)
+    greedy = jax.jit(lambda p: ppo.greedy_rollout(setup, p, jax.random.key(0), platforms)[0])
+    out = jax.jit(ppo.make_train(cfg))(jax.random.key(0))
+    before = greedy(ppo.init_runner(setup, jax.random.key(0)).params)
+    after = greedy(out["runner"].params)
+    # the exact optimum bounds how far it can go
+    _, opt = hj.exact.optimal_scores(setup.graph, platforms, cfg.batches, cfg.weights, workers=1)
+    before, after, opt = (float(np.mean(x)) for x in (before, after, opt))
+    assert after <= opt + 1e-6
+    assert after - before > 0.3 * (opt - before), (before, after, opt)
+    assert np.isfinite(np.asarray(out["metrics"]["score"])).all()
+
+
+def test_without_a_teacher_the_trainer_never_solves_and_selects_by_score(tmp_path):
+    cfg = dataclasses.replace(EPISODE, num_updates=3, imitation_teacher="none")
+    trainer = Trainer(cfg, tmp_path, chunk=1, validation=8)
+    _, rows = trainer.run(progress=False)
+    assert not (tmp_path / "validation.npz").exists() and not (tmp_path / "teacher.npz").exists()
+    assert len(rows) == 3 and all("val_gap_pct" not in r for r in rows)
+    _, selected = trainer.best()
+    assert selected["val_score"] == max(r["val_score"] for r in rows)
+    assert selected["update"] == next(r["update"] for r in rows
+                                      if r["val_score"] == selected["val_score"])  # fmt: skip
+    report.plot_learning_curve(rows, tmp_path / "curve.png")  # plots the validation score
+    assert (tmp_path / "curve.png").stat().st_size > 0
+
+
+def test_teacher_none_refuses_a_teacher_and_unknown_teachers_are_refused():
+    with pytest.raises(hj.PlanError, match="imitation_steps=0 \\(got 5\\)"):
+        ppo.make_setup(dataclasses.replace(EPISODE, imitation_teacher="none", imitation_steps=5))
+    with pytest.raises(hj.PlanError, match="imitation_teacher='oracle'"):
+        ppo.make_setup(dataclasses.replace(EPISODE, imitation_teacher="oracle"))
+    ppo.make_setup(dataclasses.replace(EPISODE, **ppo.FROM_SCRATCH))  # a valid config
+
+
+def test_group_mean_advantage_is_return_minus_the_others_mean():
+    t, g, groups = 3, 4, 2
+    rng = np.random.default_rng(0)
+    reward = rng.normal(size=(t, g * groups)).astype(np.float32)
+    valid = np.ones((t, g * groups), bool)
+    valid[2, 1] = False  # a step after that environment's episode ended: not counted
+    z = np.zeros((t, g * groups), np.float32)
+    traj = ppo.Transition(None, z.astype(np.int32), z, z, reward, valid, valid, z)
+    adv, target = ppo._group_mean(traj, g)
+    ret = np.where(valid, reward, 0.0).sum(0).reshape(groups, g)
+    others = (ret.sum(1, keepdims=True) - ret) / (g - 1)
+    to_go = np.flip(np.cumsum(np.flip(np.where(valid, reward, 0.0), 0), 0), 0)
+    np.testing.assert_allclose(np.asarray(target), to_go, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(adv), to_go - others.reshape(-1)[None], rtol=1e-5,
+                               atol=1e-6)  # fmt: skip
+    with pytest.raises(hj.PlanError, match="group_size=3"):
+        ppo.make_setup(dataclasses.replace(EPISODE, advantage="group_mean", group_size=3))
+
+
+def test_episode_encoder_is_a_known_choice():
+    with pytest.raises(hj.PlanError, match="encoder='pointer'"):
+        ppo.make_setup(dataclasses.replace(EPISODE, encoder="pointer"))
+    assert "episode" in ppo.ENCODERS
