@@ -48,11 +48,17 @@ def test_observation_width_is_d_max_not_the_preset():
 
 
 def test_policy_trained_on_edge_places_on_host3(tmp_path, monkeypatch, capsys):
+    """Also the ONNX path of train and place: the model is bert-tiny's ONNX export."""
     from hetjax.agents.jobs import train_job
+    from hetjax.onnx import export_transformer
 
-    train_job(TINY, tmp_path, held_out=2, chunk=2, progress=False, best_of=0, budget=False)
-    assert json.loads((tmp_path / "config.json").read_text())["ppo"]["d_max"] == 3
-    code, out = _cli(monkeypatch, capsys, "place", "--checkpoint", str(tmp_path),
+    onnx = str(export_transformer("bert-tiny", tmp_path / "bert-tiny.onnx"))
+    run = tmp_path / "run"
+    cfg = dataclasses.replace(TINY, model=onnx)
+    train_job(cfg, run, held_out=2, chunk=2, progress=False, best_of=0, budget=False)
+    saved = json.loads((run / "config.json").read_text())["ppo"]
+    assert saved["d_max"] == 3 and saved["model"] == onnx
+    code, out = _cli(monkeypatch, capsys, "place", "--checkpoint", str(run),
                      "--platform", "host3", "--best-of", "0")  # fmt: skip
     assert code == 0, out
     assert "on host3" in out and "Traceback" not in out

@@ -6,11 +6,9 @@ import dataclasses
 from pathlib import Path
 from typing import Annotated
 
-import jax
 import typer
 from rich.table import Table
 
-from hetjax.agents.jobs import load_policy, train_job
 from hetjax.cli import checks
 from hetjax.cli.app import app, console
 from hetjax.cli.common import BlocksOpt, DimOpt, ModelOpt, metrics_rows
@@ -120,6 +118,8 @@ def train_cmd(
     make_setup(config)  # the config's own rules (e.g. num_envs a multiple of num_minibatches)
     if chunk is None:
         chunk = max(1, config.num_updates // 100) if teacher == "none" else 10
+    from hetjax.agents.jobs import train_job
+
     doc = train_job(config, out, resume=resume, held_out=held_out, chunk=chunk, best_of=best_of)
     p, h = doc["preset"], doc["held_out"]
     t = Table(title=f"learned policy: {model} on {platform}")
@@ -190,6 +190,10 @@ def place_cmd(
     checks.at_least("--seed", seed, 0)
     checks.one_of("--platform", platform, tuple(hj.hardware.PRESETS))
     checks.run_dir("--checkpoint", checkpoint, must_exist=True)
+    import jax
+
+    from hetjax.agents.jobs import load_policy
+
     config, params = load_policy(checkpoint)
     # Keep the padding the policy was trained with (its observation holds the block count
     # over the padded size): the other trained models stay in the setup, only for padding.
