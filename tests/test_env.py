@@ -72,6 +72,7 @@ def _assert_same_metrics(got, ref):
         np.testing.assert_array_equal(np.asarray(getattr(got, f)), np.asarray(getattr(ref, f)), f)
 
 
+@pytest.mark.x64
 def test_smoke_single(params):
     summary = check_env(ENV, params, KEY, num_steps=STEPS)
     assert summary["episodes"] == STEPS // 7  # bert-tiny: 6 blocks -> 7 steps an episode
@@ -82,6 +83,7 @@ def test_smoke_vmapped_mixed_models(mixed):
     assert summary["episodes"] == 2 * (STEPS // 7) + 2 * (STEPS // 11)
 
 
+@pytest.mark.x64
 def test_finished_plan_metrics_equal_evaluate(params):
     traj, _ = rollout(ENV, params, KEY, STEPS, False)
     traj = jax.tree.map(np.asarray, traj)
@@ -193,6 +195,7 @@ def test_all_on_host_at_batch_1_scores_the_reference(step, params):
     assert float(obs.features[LAYOUT["phase"]][0]) == 1.0  # auto-reset to a batch step
 
 
+@pytest.mark.x64
 def test_masked_action_ends_with_penalty(step, params):
     """Block 0 (embedding) holds a CONTROL op, which the edge NPU (device 1) cannot run."""
     obs, state = ENV.reset(KEY, params)
@@ -252,6 +255,7 @@ def test_vmap_make_params_over_platforms(mixed):
         np.testing.assert_allclose(batched.reference.latency[i], single.reference.latency, 1e-6)
 
 
+@pytest.mark.x64
 def test_observation_layout_and_spaces(params):
     obs, state = ENV.reset(KEY, params)
     sizes = [s.stop - s.start for s in LAYOUT.values()]

@@ -100,6 +100,7 @@ def test_flat_observation_is_features_then_mask(params):
     assert bool(FLAT.observation_space(params).contains(flat))
 
 
+@pytest.mark.x64
 def test_check_env_flat_under_scan_traced_once(params, tiny):
     summary = hj.env.check_env(FLAT, params, KEY)
     assert summary["episodes"] == 2
