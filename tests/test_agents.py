@@ -441,7 +441,7 @@ def test_train_job_writes_the_report_and_place_reads_it(tmp_path):
     from hetjax.io import dumps_json
 
     cfg = dataclasses.replace(TINY, num_updates=2)
-    doc = train_job(cfg, tmp_path, held_out=4, chunk=2, progress=False, validation=4)
+    doc = train_job(cfg, tmp_path, held_out=4, chunk=2, progress=False)
     for name in ("config.json", "report.json", "metrics.csv", "checkpoint.msgpack",
                  "best.msgpack", "imitation.msgpack", "learning_curve.png",
                  "load_distribution.png", "budget.png"):  # fmt: skip
@@ -483,7 +483,7 @@ def test_train_job_writes_the_report_and_place_reads_it(tmp_path):
     # resuming the finished run trains and reports nothing: the same report, no file rewritten
     names = ("report.json", "metrics.csv", "checkpoint.msgpack", "best.msgpack", "budget.png")
     files = {n: (tmp_path / n).read_bytes() for n in names}
-    again = train_job(cfg, tmp_path, resume=True, held_out=4, chunk=2, progress=False, validation=4)
+    again = train_job(cfg, tmp_path, resume=True, held_out=4, chunk=2, progress=False)
     assert dumps_json(again) + "\n" == files["report.json"].decode()
     assert {n: (tmp_path / n).read_bytes() for n in names} == files
 
