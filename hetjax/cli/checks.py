@@ -186,10 +186,10 @@ def run_dir(option: str, path: Path, *, must_exist: bool) -> None:
     """A training run directory: its config.json parses and its array files are readable.
 
     With `must_exist` (place, or resume of a run that was started) the directory must hold a
-    config.json; otherwise an existing directory is checked only where it holds run files."""
+    config.json; otherwise an existing directory is checked only where it holds run files.
+    (Whether `path` can be written is `writable_dir`'s check, which `train` runs first.)"""
     import numpy as np
 
-    writable_dir(option, path) if not must_exist else None
     cfg = Path(path) / "config.json"
     if not cfg.exists():
         if must_exist:
