@@ -48,10 +48,13 @@ def run(path: Path, labels: str, rounds: int, steps: int, samples: int, n_held: 
     config_path = path / "config.json"
     if not (config_path.exists() and (path / "imitation.msgpack").exists()):
         raise CheckpointError(f"{path}: needs config.json and imitation.msgpack (a training run)")
-    config = ppo.PPOConfig.from_dict(json.loads(config_path.read_text())["ppo"])
+    saved = json.loads(config_path.read_text())
+    config = ppo.PPOConfig.from_dict(saved["ppo"])
     if config.models:
         raise CheckpointError(f"{path}: one-model runs only (this one has --models)")
-    trainer = Trainer(config, path)
+    # the run's own chunk and validation set (the Trainer's defaults when not recorded)
+    sizes = {k: int(saved[k]) for k in ("chunk", "validation") if k in saved}
+    trainer = Trainer(config, path, **sizes)
     setup = trainer.setup
     teacher = trainer._teacher()
     template = jax.jit(lambda k: ppo.init_runner(setup, k))(trainer.keys["train"])

@@ -146,8 +146,8 @@ MIXED = dataclasses.replace(TINY, models=("bert-mini",), imitation_platforms=6)
 
 def test_mixed_models_teacher_replay_and_training(setup):
     """Environments drawing bert-tiny (4 blocks + batch) or bert-mini (10 + batch): the exact
-    teacher solves each platform for its own model, the replay marks the steps after a
-    shorter model's episode as padding, and the policy trains and acts on both."""
+    teacher solves each platform for its own model, and the replay marks the steps after a
+    shorter model's episode as padding."""
     mixed = ppo.make_setup(MIXED)
     assert mixed.mixed and mixed.model_names == ("bert-tiny", "bert-mini")
     assert mixed.episode_len == 1 + int(np.asarray(mixed.graphs.block_mask[1]).sum())
@@ -169,12 +169,7 @@ def test_mixed_models_teacher_replay_and_training(setup):
     # one model's optimum differs from the other's on the same platform
     other, _ = agents.exact_scores(mixed, platforms, models=1 - models)
     assert not np.allclose(optimum, other)
-    # train (clone + 2 updates) and act greedily on either model
-    out = jax.jit(ppo.make_train(MIXED, teacher))(jax.random.key(0))
-    for m in (0, 1):
-        score, actions = ppo.greedy_rollout(mixed, out["runner"].params, jax.random.key(1),
-                                            platforms, jnp.full(6, m))  # fmt: skip
-        assert np.isfinite(np.asarray(score)).all() and (np.asarray(score) > 0).all()
+    # training on both models and acting greedily on either: test_train_job_on_mixed_models_*
     with pytest.raises(hj.HetjaxError, match="at most once"):
         ppo.make_setup(dataclasses.replace(TINY, models=("bert-tiny",)))
     with pytest.raises(hj.HetjaxError, match="one model"):
@@ -210,49 +205,31 @@ def test_vmap_over_seeds(teacher):
     assert any(not np.array_equal(x, y) for x, y in zip(a, b, strict=True))
 
 
-def test_resume_reaches_the_same_result(tmp_path):
-    cfg = dataclasses.replace(TINY, num_updates=4, imitation_steps=0)
-    full = agents.Trainer(cfg, tmp_path / "full", chunk=2, validation=2)
-    r_full, _ = full.run(progress=False)
-    part = agents.Trainer(cfg, tmp_path / "part", chunk=2, validation=2)
-    part.run(progress=False, stop_after=1)  # "killed" after the first chunk
-    resumed = agents.Trainer(cfg, tmp_path / "part", chunk=2, validation=2)
-    r_res, rows = resumed.run(progress=False, resume=True)
-    assert int(r_res.update) == 4 and len(rows) == 2
-    _, selected = resumed.best()  # model selection: the lowest validation gap seen
-    assert selected["val_gap_pct"] == min(r["val_gap_pct"] for r in rows)
-    for x, y in zip(jax.tree.leaves(r_full.params), jax.tree.leaves(r_res.params), strict=True):
-        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+RUN = dataclasses.replace(TINY, num_updates=3)  # cloning, then 3 PPO updates in chunks of 2
 
 
-def test_resuming_a_finished_run_trains_nothing_more(tmp_path):
-    """num_updates not a multiple of chunk: the last chunk is short, and a finished run's
-    update count (3) is no chunk boundary; repeated resumes must not train it again."""
-    cfg = dataclasses.replace(TINY, num_updates=3, imitation_steps=0)
-    r0, rows0 = agents.Trainer(cfg, tmp_path, chunk=2, validation=2).run(progress=False)
-    assert int(r0.update) == 3 and [r["update"] for r in rows0] == [2, 3]
-    ckpt = (tmp_path / "checkpoint.msgpack").read_bytes()
-    for _ in range(2):
-        trainer = agents.Trainer(cfg, tmp_path, chunk=2, validation=2)
-        r, rows = trainer.run(progress=False, resume=True)
-        assert int(r.update) == 3 and rows == rows0
-    assert (tmp_path / "checkpoint.msgpack").read_bytes() == ckpt  # nothing rewritten
+@pytest.fixture(scope="module")
+def full_run(tmp_path_factory):
+    """One uninterrupted training run (cloning + 3 updates; the last chunk is short), which
+    the resume tests compare against and copy: training it is most of their time."""
+    path = tmp_path_factory.mktemp("full")
+    runner, rows = agents.Trainer(RUN, path, chunk=2, validation=2).run(progress=False)
+    return path, runner, rows
 
 
 class _Killed(BaseException):
     """A kill of the process, simulated: no `except Exception` handler catches it."""
 
 
-def test_a_run_killed_anywhere_resumes_to_the_uninterrupted_result(tmp_path, monkeypatch):
+def test_a_run_killed_anywhere_resumes_to_the_uninterrupted_result(full_run, tmp_path,
+                                                                   monkeypatch):  # fmt: skip
     """Killed right after the checkpoint that ends cloning (imitation.msgpack must be there
     already), then after the first PPO chunk (stop_after), then resumed: the clone, the
     final and the selected runner and the metrics are those of an uninterrupted run."""
     from hetjax.agents import trainer as trainer_mod
     from hetjax.io import atomic_write_bytes
 
-    cfg = dataclasses.replace(TINY, num_updates=3)
-    full = tmp_path / "full"
-    agents.Trainer(cfg, full, chunk=2, validation=2).run(progress=False)
+    full, r_full, _ = full_run
 
     def kill_after_first_checkpoint(path, data):
         atomic_write_bytes(path, data)
@@ -263,20 +240,42 @@ def test_a_run_killed_anywhere_resumes_to_the_uninterrupted_result(tmp_path, mon
     with monkeypatch.context() as m:
         m.setattr(trainer_mod, "atomic_write_bytes", kill_after_first_checkpoint)
         with pytest.raises(_Killed):
-            agents.Trainer(cfg, part, chunk=2, validation=2).run(progress=False)
+            agents.Trainer(RUN, part, chunk=2, validation=2).run(progress=False)
     assert _runner_leaves(part / "imitation.msgpack") == _runner_leaves(
         full / "imitation.msgpack"
     )  # the clone (the progress rows stored beside it differ in wall times only)
-    trainer = agents.Trainer(cfg, part, chunk=2, validation=2)
-    r, _ = trainer.run(progress=False, resume=True, stop_after=1)
+    trainer = agents.Trainer(RUN, part, chunk=2, validation=2)
+    r, _ = trainer.run(progress=False, resume=True, stop_after=1)  # "killed" after a chunk
     assert int(r.update) == 2
-    r, rows = agents.Trainer(cfg, part, chunk=2, validation=2).run(progress=False, resume=True)
+    resumed = agents.Trainer(RUN, part, chunk=2, validation=2)
+    r, rows = resumed.run(progress=False, resume=True)
     assert int(r.update) == 3
+    for x, y in zip(jax.tree.leaves(r_full.params), jax.tree.leaves(r.params), strict=True):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
     for name in ("checkpoint.msgpack", "best.msgpack", "imitation.msgpack"):
         assert _runner_leaves(part / name) == _runner_leaves(full / name), name
     with open(full / "metrics.csv") as f, open(part / "metrics.csv") as g:
         drop = lambda rows: [{k: v for k, v in r.items() if k != "wall_s"} for r in rows]  # noqa: E731
         assert drop(csv.DictReader(f)) == drop(csv.DictReader(g))
+    _, selected = resumed.best()  # model selection: the lowest validation gap seen
+    assert selected["val_gap_pct"] == min(r["val_gap_pct"] for r in rows)
+
+
+def test_resuming_a_finished_run_trains_nothing_more(full_run, tmp_path):
+    """num_updates not a multiple of chunk: the last chunk is short, and a finished run's
+    update count (3) is no chunk boundary; repeated resumes must not train it again."""
+    import shutil
+
+    full, r0, rows0 = full_run
+    assert int(r0.update) == 3 and [r["update"] for r in rows0 if r["phase"] == "ppo"] == [2, 3]
+    run = tmp_path / "run"
+    shutil.copytree(full, run)
+    ckpt = (run / "checkpoint.msgpack").read_bytes()
+    for _ in range(2):
+        trainer = agents.Trainer(RUN, run, chunk=2, validation=2)
+        r, rows = trainer.run(progress=False, resume=True)
+        assert int(r.update) == 3 and rows == rows0
+    assert (run / "checkpoint.msgpack").read_bytes() == ckpt  # nothing rewritten
 
 
 def _runner_leaves(path):
@@ -290,16 +289,18 @@ def _refuse_constant(name):
     raise ValueError(f"non-standard JSON constant {name}")
 
 
-def test_rerun_without_resume_is_refused(tmp_path):
+def test_rerun_without_resume_is_refused(full_run, tmp_path):
+    import shutil
+
     from hetjax.errors import CheckpointError
 
-    cfg = dataclasses.replace(TINY, num_updates=2, imitation_steps=0)
-    agents.Trainer(cfg, tmp_path, chunk=2, validation=2).run(progress=False)
+    run = tmp_path / "run"
+    shutil.copytree(full_run[0], run)
     with pytest.raises(CheckpointError, match="--resume"):
-        agents.Trainer(cfg, tmp_path, chunk=2, validation=2).run(progress=False)
-    other = dataclasses.replace(cfg, lr=1e-3)
+        agents.Trainer(RUN, run, chunk=2, validation=2).run(progress=False)
+    other = dataclasses.replace(RUN, lr=1e-3)
     with pytest.raises(CheckpointError, match="lr"):
-        agents.Trainer(other, tmp_path, chunk=2, validation=2).run(progress=False, resume=True)
+        agents.Trainer(other, run, chunk=2, validation=2).run(progress=False, resume=True)
 
 
 def test_a_run_saved_before_a_config_field_existed_resumes_as_it_ran(tmp_path):
@@ -434,14 +435,19 @@ def test_negative_best_of_is_refused_before_any_rollout(setup):
         report.policy_plan(setup, None, setup.base, best_of=-1)
 
 
-def test_train_job_writes_the_report_and_place_reads_it(tmp_path):
+def test_train_job_writes_the_report_and_place_reads_it(tmp_path, monkeypatch):
     from hetjax import baselines
     from hetjax.agents import report
     from hetjax.agents.jobs import load_policy, train_job
     from hetjax.io import dumps_json
 
+    # fewer budget points than the job's (each compiles a search of its size); the first and
+    # the last are the job's own, the last one the baselines' default sizes
+    monkeypatch.setattr(report, "POLICY_SAMPLES", (0, 4, 16))
+    monkeypatch.setattr(report, "SEARCH_BUDGETS", (report.SEARCH_BUDGETS[0],
+                                                   report.SEARCH_BUDGETS[-1]))  # fmt: skip
     cfg = dataclasses.replace(TINY, num_updates=2)
-    doc = train_job(cfg, tmp_path, held_out=4, chunk=2, progress=False)
+    doc = train_job(cfg, tmp_path, held_out=4, chunk=2, progress=False, validation=4)
     for name in ("config.json", "report.json", "metrics.csv", "checkpoint.msgpack",
                  "best.msgpack", "imitation.msgpack", "learning_curve.png",
                  "load_distribution.png", "budget.png"):  # fmt: skip
@@ -483,7 +489,7 @@ def test_train_job_writes_the_report_and_place_reads_it(tmp_path):
     # resuming the finished run trains and reports nothing: the same report, no file rewritten
     names = ("report.json", "metrics.csv", "checkpoint.msgpack", "best.msgpack", "budget.png")
     files = {n: (tmp_path / n).read_bytes() for n in names}
-    again = train_job(cfg, tmp_path, resume=True, held_out=4, chunk=2, progress=False)
+    again = train_job(cfg, tmp_path, resume=True, held_out=4, chunk=2, progress=False, validation=4)
     assert dumps_json(again) + "\n" == files["report.json"].decode()
     assert {n: (tmp_path / n).read_bytes() for n in names} == files
 
@@ -515,10 +521,21 @@ def test_train_job_writes_the_report_and_place_reads_it(tmp_path):
     assert first["validation"] == pytest.approx(float(cloned["val_gap_pct"]), abs=1e-6)
 
 
-def test_train_job_on_mixed_models_reports_each(tmp_path):
+@pytest.fixture(scope="module")
+def mixed_run(tmp_path_factory):
+    """One training job on bert-tiny and bert-mini (cloning + 2 updates), shared by the
+    report and `place` tests."""
     from hetjax.agents.jobs import train_job
 
-    doc = train_job(MIXED, tmp_path, held_out=4, chunk=2, progress=False, best_of=0, budget=False)
+    path = tmp_path_factory.mktemp("mixed")
+    doc = train_job(
+        MIXED, path, held_out=4, chunk=2, progress=False, best_of=0, budget=False, validation=4
+    )
+    return path, doc
+
+
+def test_train_job_on_mixed_models_reports_each(mixed_run):
+    tmp_path, doc = mixed_run
     assert doc["held_out"]["policy"] == doc["held_out"]["policy_greedy"]  # best_of=0: greedy
     by_model = doc["held_out"]["by_model"]
     assert list(by_model) == ["bert-tiny", "bert-mini"]
@@ -530,17 +547,16 @@ def test_train_job_on_mixed_models_reports_each(tmp_path):
     assert json.loads((tmp_path / "config.json").read_text())["ppo"]["models"] == ["bert-mini"]
 
 
-def test_place_on_a_mixed_model_run_keeps_the_training_padding(tmp_path, monkeypatch, capsys):
+def test_place_on_a_mixed_model_run_keeps_the_training_padding(mixed_run, monkeypatch, capsys):
     """`hetjax place` must give the policy the observation it was trained on: the block count
     over the padding of all trained models (bert-mini's 10 blocks, not bert-tiny's 4)."""
     import sys
 
     from hetjax import cli
     from hetjax.agents import report
-    from hetjax.agents.jobs import load_policy, train_job
+    from hetjax.agents.jobs import load_policy
 
-    cfg = dataclasses.replace(MIXED, num_updates=0, imitation_steps=2)
-    train_job(cfg, tmp_path, held_out=2, chunk=1, progress=False, best_of=0, budget=False)
+    tmp_path = mixed_run[0]
     config, params = load_policy(tmp_path)
     setup = ppo.make_setup(config)  # as trained: padded for bert-tiny and bert-mini
     plan = report.policy_plan(setup, params, setup.base)

@@ -55,7 +55,7 @@ def test_policy_trained_on_edge_places_on_host3(tmp_path, monkeypatch, capsys):
     onnx = str(export_transformer("bert-tiny", tmp_path / "bert-tiny.onnx"))
     run = tmp_path / "run"
     cfg = dataclasses.replace(TINY, model=onnx)
-    train_job(cfg, run, held_out=2, chunk=2, progress=False, best_of=0, budget=False)
+    train_job(cfg, run, held_out=2, chunk=2, progress=False, best_of=0, budget=False, validation=4)
     saved = json.loads((run / "config.json").read_text())["ppo"]
     assert saved["d_max"] == 3 and saved["model"] == onnx
     code, out = _cli(monkeypatch, capsys, "place", "--checkpoint", str(run),
