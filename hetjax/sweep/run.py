@@ -105,7 +105,9 @@ def _apply(arrays: dict, o, value: float) -> None:
             sel &= (np.arange(d) == o.device)[None]
         if o.field == "peak":
             sel = sel[:, :, None] & (x > 0)  # unsupported op classes stay unsupported
-    arrays[o.field] = np.where(sel, value if o.mode == "set" else x * value, x).astype(x.dtype)
+    with np.errstate(over="ignore"):  # an overflow is inf, which validation then refuses
+        new = value if o.mode == "set" else x * np.float32(value)
+    arrays[o.field] = np.where(sel, new, x).astype(x.dtype)
 
 
 def platforms_of(spec: SweepSpec, seed: int):
