@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import hetjax as hj
-from hetjax.sweep import run as sweep_run
+from hetjax.sweep import runner as sweep_run
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -10,7 +10,7 @@ finished ones); shards run on Ray workers (`hetjax.distributed`). See docs/sweep
 """
 
 from hetjax.sweep import cosearch, figures
-from hetjax.sweep.run import (
+from hetjax.sweep.runner import (
     PLATFORM_CHUNK,
     Shard,
     platforms_of,
