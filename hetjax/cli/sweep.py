@@ -72,27 +72,29 @@ def sweep_cmd(
 
 
 def _print_cosearch(spec, out_dir: Path) -> None:
-    """The co-search front of each platform (first weight setting, batch set and seed)."""
+    """The co-search front of each platform, per weight setting (first batch set and seed)."""
     import pyarrow.parquet as pq
 
     t = pq.read_table(out_dir / "cosearch.parquet").to_pylist()
     if not t:
         return
     first = t[0]
-    rows = [r for r in t if r["on_front"] and all(r[k] == first[k] for k in
-            ("seed", "batches", "alpha", "beta", "gamma"))]  # fmt: skip
     budget = spec.cosearch.latency_budget_ms
-    title = f"co-search front ({spec.cosearch.capacity}, latency, energy, memory)"
-    if budget is not None:
-        title += f"; * = within {budget:g} ms"
-    tab = Table(title=title)
-    for head in ("platform", "model", spec.cosearch.capacity, "latency ms", "J/batch",
-                 "memory MB", "batch", "block devices"):  # fmt: skip
-        tab.add_column(head, justify="right")
-    for r in sorted(rows, key=lambda r: (r["platform_index"], r["latency_ms"]))[:60]:
-        mark = "*" if budget is not None and r["fits_budget"] else ""
-        mem = f"{r['memory_bytes'] / 1e6:.1f}"
-        tab.add_row(f"{r['platform']}#{r['platform_index']}", r["model"] + mark,
-                    f"{r['capacity']:.4g}", f"{r['latency_ms']:.3f}", f"{r['energy_j']:.4f}",
-                    mem, f"{r['batch']:g}", r["block_devices"])  # fmt: skip
-    console.print(tab)
+    for w in dict.fromkeys((r["alpha"], r["beta"], r["gamma"]) for r in t):
+        rows = [r for r in t if r["on_front"] and (r["alpha"], r["beta"], r["gamma"]) == w
+                and all(r[k] == first[k] for k in ("seed", "batches"))]  # fmt: skip
+        title = (f"co-search front ({spec.cosearch.capacity}, latency, energy, memory), "
+                 f"alpha, beta, gamma = {w[0]:g}, {w[1]:g}, {w[2]:g}")  # fmt: skip
+        if budget is not None:
+            title += f"; * = within {budget:g} ms"
+        tab = Table(title=title)
+        for head in ("platform", "model", spec.cosearch.capacity, "latency ms", "J/batch",
+                     "memory MB", "batch", "block devices"):  # fmt: skip
+            tab.add_column(head, justify="right")
+        for r in sorted(rows, key=lambda r: (r["platform_index"], r["latency_ms"]))[:60]:
+            mark = "*" if budget is not None and r["fits_budget"] else ""
+            mem = f"{r['memory_bytes'] / 1e6:.1f}"
+            tab.add_row(f"{r['platform']}#{r['platform_index']}", r["model"] + mark,
+                        f"{r['capacity']:.4g}", f"{r['latency_ms']:.3f}", f"{r['energy_j']:.4f}",
+                        mem, f"{r['batch']:g}", r["block_devices"])  # fmt: skip
+        console.print(tab)

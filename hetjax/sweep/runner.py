@@ -526,7 +526,10 @@ def prepare(spec: SweepSpec, out: str | Path, *, resume: bool = False,
             g = m.graph()
         except HetjaxError as err:
             raise SpecError(f"models[{i}] ({m.label}): {err}") from None
-        graphs[m.label] = jax.tree.map(np.asarray, g)
+        graphs[m.label] = g
+    # one padded shape for every model: a model grid compiles each jitted method once
+    n, mm, p = (max(getattr(g, k) for g in graphs.values()) for k in ("n_max", "m_max", "p_max"))
+    graphs = {k: jax.tree.map(np.asarray, hj.graphs.pad(g, n, mm, p)) for k, g in graphs.items()}
     d_max = _d_max(spec)
     for i, m in enumerate(spec.models):
         if "exact" in spec.methods or "pareto" in spec.methods:

@@ -244,12 +244,14 @@ def _models(doc, base: Path) -> tuple[ModelSpec, ...]:
         if "name" in e and any(k != "seq_len" for k in grid):
             raise SpecError(f"{w}: a grid over {sorted(grid)} needs base = MODEL, not name")
         keys = list(grid)
+        varying = {k for k in keys if len(set(grid[k])) > 1}
         kept = 0
         for combo in itertools.product(*grid.values()):
             fields = tuple(zip(keys, combo, strict=True))
             values = dict(fields)
             seq = values.get("seq_len")
-            label = name if not fields else name + "".join(f"-{_SHORT[k]}{v}" for k, v in fields)
+            named = [(k, v) for k, v in fields if k in varying] or fields  # what tells them apart
+            label = name + "".join(f"-{_SHORT[k]}{v}" for k, v in named)
             m = ModelSpec(label=label, source=name, seq_len=seq, fields=fields)
             try:
                 cfg = m.config()
