@@ -58,9 +58,8 @@ def plot_pareto(spec: SweepSpec, table, path) -> Path | None:
             s &= (d["gamma"] == w[2]) & d["feasible"].astype(bool)
             on = s & d["on_front"]
             ax.scatter(d["latency_ms"][s], d["capacity"][s], s=12, c="0.7", label="models")
-            order = np.argsort(d["latency_ms"][on])
-            ax.plot(d["latency_ms"][on][order], d["capacity"][on][order], "o-", ms=4,
-                    label="front")  # fmt: skip
+            ax.scatter(d["latency_ms"][on], d["capacity"][on], s=18,
+                       label="front (capacity, latency, energy, memory)")  # fmt: skip
             if spec.cosearch.latency_budget_ms is not None:
                 ax.axvline(spec.cosearch.latency_budget_ms, color="r", ls="--", label="budget")
             ax.set_xlabel("latency at the optimum (ms per batch)")

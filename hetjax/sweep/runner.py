@@ -416,7 +416,9 @@ def _assemble(spec, shared, shard: Shard, index, blocks, opt_score) -> dict:
     opt = np.full(len(index), np.nan) if opt_score is None else opt_score
     s, o = out["score"], opt[plat]
     with np.errstate(invalid="ignore", divide="ignore"):
-        gap = np.where(np.isfinite(s), np.maximum((o - s) / np.abs(o) * 100.0, 0.0), np.inf)
+        gap = np.maximum((o - s) / np.abs(o) * 100.0, 0.0)
+    gap = np.where(s >= o, 0.0, gap)  # the optimum itself (also when it scores 0)
+    gap = np.where(np.isfinite(s), gap, np.inf)
     pareto = np.asarray(out["method"], dtype=object) == "pareto"
     out["gap_pct"] = np.where(pareto | ~np.isfinite(o), np.nan, gap)
     meta = _meta(spec, shared, shard)
