@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import jax
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
@@ -308,3 +309,43 @@ def test_two_ray_workers_give_the_table_of_one_process(small_run, tmp_path):
     spec, table, _ = small_run
     ray = hj.sweep.run(spec, tmp_path / "ray", workers=2, progress=False)
     assert _same(ray, table)
+
+
+def test_a_trained_policy_is_a_method(tmp_path):
+    """methods = ["exact", "policy"]: the policy's greedy plan on each platform, evaluated on
+    the sweep's graph, as `hj.agents.report.policy_plan` gives it."""
+    import json
+
+    from hetjax.agents import ppo, report
+    from hetjax.agents.jobs import load_policy
+    from hetjax.agents.trainer import save_checkpoint
+
+    cfg = ppo.PPOConfig(
+        model="bert-tiny", seq_len=16, num_envs=8, num_updates=0, num_minibatches=2,
+        update_epochs=1, imitation_steps=2, imitation_platforms=4, imitation_batch=16,
+        imitation_teacher="greedy_eft", width=16, heads=2, layers=1,
+    )  # fmt: skip
+    run_dir = tmp_path / "run"  # a run directory with an untrained policy (as a job starts)
+    run_dir.mkdir()
+    (run_dir / "config.json").write_text(json.dumps({"ppo": cfg.to_dict()}))
+    setup = ppo.make_setup(cfg)
+    runner = jax.jit(lambda k: ppo.init_runner(setup, k))(jax.random.key(3))
+    save_checkpoint(run_dir / "checkpoint.msgpack", runner, {})
+    spec = hj.sweep.parse({
+        "batches": list(cfg.batches), "weights": [list(cfg.weights)],
+        "methods": ["exact", "policy"], "policy": {"checkpoint": str(run_dir)},
+        "models": [{"name": "bert-tiny", "seq_len": 16}],
+        "platforms": ["edge", {"sample": "edge", "n": 2}],
+    })  # fmt: skip
+    table = hj.sweep.run(spec, tmp_path / "out", workers=1, progress=False)
+    rows = [r for r in table.to_pylist() if r["method"] == "policy"]
+    assert len(rows) == 3 and all(r["simulations"] == 1 for r in rows)
+    config, params = load_policy(run_dir)
+    setup = ppo.make_setup(config)  # as `hetjax place` builds it
+    plan = report.policy_plan(setup, params, setup.base)
+    g = setup.graph
+    block, real = np.asarray(g.block), np.asarray(g.op_mask)
+    first = [np.flatnonzero(real & (block == j))[0] for j in range(int(g.block_mask.sum()))]
+    assert rows[0]["block_devices"] == "".join(map(str, np.asarray(plan.placement)[first]))
+    assert rows[0]["batch"] == float(plan.batch)
+    assert all(r["gap_pct"] >= 0 for r in rows)

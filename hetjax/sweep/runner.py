@@ -311,7 +311,7 @@ def _pareto(graph, platforms, shard: Shard, d_max: int):
 
 
 @functools.cache
-def _policy(checkpoint: str, model: str, d_max: int):
+def _policy(checkpoint: str, model: str, seq_len: int, d_max: int):
     import dataclasses as dc
 
     import hetjax as hj
@@ -325,16 +325,18 @@ def _policy(checkpoint: str, model: str, d_max: int):
     if d_max > pd:
         raise SpecError(f"policy.checkpoint = {checkpoint!r}: the policy places on {pd} devices "
                         f"at most, the platforms have {d_max}")  # fmt: skip
+    # the sweep's model at the sweep's sequence length: the policy's plans are evaluated on
+    # the same graph as every other method's
     config = dc.replace(config, model=model, models=tuple(n for n in trained if n != model),
-                        d_max=pd)  # fmt: skip
+                        d_max=pd, seq_len=seq_len)  # fmt: skip
     return ppo.make_setup(config), params
 
 
-def _policy_plans(spec: SweepSpec, graph_label: str, platforms, index, shard: Shard):
+def _policy_plans(spec: SweepSpec, model, seq_len: int, platforms, index, shard: Shard):
     import hetjax as hj
     from hetjax.agents import ppo, report
 
-    setup, params = _policy(spec.policy.checkpoint, graph_label, platforms.d_max)
+    setup, params = _policy(spec.policy.checkpoint, model, seq_len, platforms.d_max)
     padded = hj.hardware.pad(platforms, setup.config.d_max)
     keys = _keys(shard.seed, 1000, index)
     k = spec.policy.best_of
@@ -384,7 +386,8 @@ def run_shard(shared: dict, job: tuple) -> dict:
         blocks.append((j + 1, _rows(graph, platforms, plans, shard.weights, name, wall, sims,
                                     d_max)))  # fmt: skip
     if "policy" in spec.methods:
-        g, padded, plans, wall = _policy_plans(spec, model.source, platforms, index, shard)
+        seq = shared["model_info"][model.label]["seq_len"]
+        g, padded, plans, wall = _policy_plans(spec, model.source, seq, platforms, index, shard)
         cols = _rows(g, padded, plans, shard.weights, "policy", wall,
                      spec.policy.best_of + 1, d_max)  # fmt: skip
         blocks.append((len(blocks) + 1, cols))

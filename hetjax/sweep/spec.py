@@ -490,7 +490,7 @@ def _check_policy(spec: SweepSpec) -> None:
     cfg = json.loads((Path(spec.policy.checkpoint) / "config.json").read_text()).get("ppo", {})
     trained = [cfg.get("model"), *cfg.get("models", [])]
     for m in spec.models:
-        if m.onnx or m.fields or m.source not in trained:
+        if m.onnx or any(k != "seq_len" for k, _ in m.fields) or m.source not in trained:
             why = f"the policy was trained on {trained}, not on model {m.label!r}"
             raise _err("policy.checkpoint", spec.policy.checkpoint, why)
 
