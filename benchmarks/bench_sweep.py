@@ -9,7 +9,7 @@ optimum) with `-n` platforms instead of 10,000, run by `hj.sweep.run` once per e
 included), each into a fresh folder, with the persistent compilation cache on as the CLI has
 it (the first run fills it). Reports wall seconds, configurations per second, the seconds per
 method (the table's `wall_s`, summed) and the projection to 10,000 platforms, and checks that
-every run gives the same table. Writes benchmarks/results/sweep.json.
+every run gives the same table. Writes benchmarks/results/sweep_n<N>.json.
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def main(argv=None) -> None:
         m.add_row(k, f"{v:.1f}")
     console.print(m)
     console.print(f"identical tables across worker counts: {same}")
-    path = write_json("sweep", {
+    path = write_json(f"sweep_n{args.n}", {
         "benchmark": "hj.sweep.run of the issue #21 target sweep with -n platforms",
         "command": f"benchmarks/bench_sweep.py -n {args.n} --workers {args.workers} "
                    f"--shard-size {args.shard_size} --methods {args.methods}",

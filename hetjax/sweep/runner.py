@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hetjax.errors import HetjaxError, PlanError, SpecError
-from hetjax.io import atomic_write_bytes, read_json, write_csv, write_json
+from hetjax.io import atomic_write_bytes, read_json, write_json
 from hetjax.sweep.spec import SweepSpec
 
 __all__ = [
@@ -682,19 +682,21 @@ def summary(table) -> list[dict]:
     return out
 
 
-def _write_results(spec: SweepSpec, out: Path, table) -> None:
+def _write_table(table, path: Path) -> None:
+    """`table` as Parquet (path.parquet) and CSV (path.csv), each written atomically."""
+    import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
 
-    buf = io.BytesIO()
-    pq.write_table(table, buf)
-    atomic_write_bytes(out / "results.parquet", buf.getvalue())
-    write_csv(out / "results.csv", table.to_pylist())
+    for suffix, write in ((".parquet", pq.write_table), (".csv", pacsv.write_csv)):
+        buf = io.BytesIO()
+        write(table, buf)
+        atomic_write_bytes(path.with_suffix(suffix), buf.getvalue())
+
+
+def _write_results(spec: SweepSpec, out: Path, table) -> None:
+    _write_table(table, out / "results")
     write_json(out / "summary.json", summary(table))
     if spec.cosearch is not None:
         from hetjax.sweep.cosearch import cosearch
 
-        front = cosearch(spec, table)
-        buf = io.BytesIO()
-        pq.write_table(front, buf)
-        atomic_write_bytes(out / "cosearch.parquet", buf.getvalue())
-        write_csv(out / "cosearch.csv", front.to_pylist())
+        _write_table(cosearch(spec, table), out / "cosearch")
