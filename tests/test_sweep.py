@@ -349,3 +349,12 @@ def test_a_trained_policy_is_a_method(tmp_path):
     assert rows[0]["block_devices"] == "".join(map(str, np.asarray(plan.placement)[first]))
     assert rows[0]["batch"] == float(plan.batch)
     assert all(r["gap_pct"] >= 0 for r in rows)
+
+
+def test_a_platform_the_reference_plan_does_not_fit_is_refused_before_any_work(tmp_path):
+    spec = hj.sweep.parse({"methods": ["exact"], "models": ["bert-tiny"], "platforms": ["edge"],
+                           "overrides": [{"field": "mem_capacity", "device": 0,
+                                          "set": [1e12, 1e3]}]})  # fmt: skip
+    with pytest.raises(hj.SpecError, match=r"models\[0\] \(bert-tiny\).*#1.*reference plan"):
+        hj.sweep.run(spec, tmp_path / "out", workers=1, progress=False)
+    assert not (tmp_path / "out").exists()  # nothing written

@@ -548,11 +548,35 @@ def prepare(spec: SweepSpec, out: str | Path, *, resume: bool = False,
     per_seed = {}
     for seed in spec.seeds:
         per_seed[seed] = platforms_of(spec, seed)
+        if "exact" in spec.methods or "pareto" in spec.methods:
+            _check_reference_fits(spec, graphs, *per_seed[seed])
     n = len(per_seed[spec.seeds[0]][1])
     shards = shards_of(spec, n, size)
     manifest = {"name": spec.name, "fingerprint": fp, "shard_size": size, "shards": len(shards),
                 "platforms": n, "spec": dataclasses.asdict(spec)}  # fmt: skip
     return shared, per_seed, shards, manifest
+
+
+def _check_reference_fits(spec: SweepSpec, graphs: dict, platforms, meta) -> None:
+    """The exact solvers need the reference plan (every op on device 0 at batch 1) to be
+    feasible on every platform (SPEC): checked here, before any shard runs."""
+    import hetjax as hj
+
+    for i, m in enumerate(spec.models):
+        g = jax.tree.map(jnp.asarray, graphs[m.label])
+        ref = hj.reference_plan(g)
+        n = len(meta)
+        plans = hj.Plan(jnp.broadcast_to(ref.placement, (n, g.n_max)),
+                        jnp.broadcast_to(jnp.asarray(ref.batch, jnp.float32), (n,)))  # fmt: skip
+        m_, _ = _evaluate(g, platforms, plans, (1.0, 0.0, 0.0))
+        bad = np.flatnonzero(~np.asarray(m_.feasible))
+        if bad.size:
+            k = int(bad[0])
+            raise SpecError(
+                f"models[{i}] ({m.label}) on platform {meta[k]['platform']!r} #{k}: the "
+                "reference plan (all on device 0, batch 1) does not fit device 0's memory; "
+                "the exact solvers need it to"
+            )
 
 
 def run(
