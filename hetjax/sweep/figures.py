@@ -156,6 +156,7 @@ def plot_gaps(spec: SweepSpec, table, path) -> Path | None:
     ax.set_xticks(range(1, len(methods) + 1), methods, rotation=35, ha="right", fontsize=8)
     ax.set_ylabel("score gap to the exact optimum (%)")
     ax.set_yscale("symlog", linthresh=0.1)
+    ax.set_ylim(bottom=0.0)  # gaps are >= 0
     ax.set_title("gap per method over all configurations (feasible plans)")
     save_figure(fig, path)
     plt.close(fig)
