@@ -4,9 +4,9 @@
   co-search front (capacity against latency, the models at their exact optimum), else the
   exact Pareto front over plans (latency against energy, method "pareto") with each method's
   plan marked;
-- `heatmap.png`: the exact optimum's share of work (busy time) on each device other than 0,
-  averaged over everything else, over two swept columns (`[figures] heatmap`, default: the
-  first two columns that vary among the overrides and the model grid);
+- `heatmap.png`: per weight setting, the exact optimum's share of work (busy time) on each
+  device other than 0, averaged over everything else, over two swept columns (`[figures]
+  heatmap`, default: the first two columns that vary among the overrides and the model grid);
 - `gaps.png`: the distribution of the score gap to the optimum per method (feasible plans).
 """
 
@@ -115,27 +115,34 @@ def plot_heatmap(spec: SweepSpec, table, path) -> Path | None:
     shares = sorted(k for k in c if k.startswith("share_d") and k != "share_d0")
     x, y = (np.asarray(c[a], np.float64) for a in axes_)
     xs, ys = np.unique(x), np.unique(y)
+    ws = _weights(c)
     plt = _plt()
-    fig, axs = plt.subplots(1, len(shares), figsize=(5 * len(shares), 4), squeeze=False)
-    for ax, sh in zip(axs[0], shares, strict=True):
-        grid = np.full((len(ys), len(xs)), np.nan)
-        for i, yv in enumerate(ys):
-            for j, xv in enumerate(xs):
-                s = (x == xv) & (y == yv)
-                if s.any():
-                    grid[i, j] = float(np.mean(c[sh][s]))
-        im = ax.imshow(grid, origin="lower", aspect="auto", vmin=0, vmax=1, cmap="viridis")
-        ax.set_xticks(range(len(xs)), [f"{v:g}" for v in xs], fontsize=7)
-        ax.set_yticks(range(len(ys)), [f"{v:g}" for v in ys], fontsize=7)
-        ax.set_xlabel(axes_[0])
-        ax.set_ylabel(axes_[1])
-        ax.set_title(f"optimum's share of busy time on device {sh[len('share_d') :]}")
-        for i in range(len(ys)):
-            for j in range(len(xs)):
-                if np.isfinite(grid[i, j]):
-                    ax.text(j, i, f"{grid[i, j]:.2f}", ha="center", va="center", fontsize=6,
-                            color="w" if grid[i, j] < 0.5 else "k")  # fmt: skip
-        fig.colorbar(im, ax=ax)
+    fig, axs = plt.subplots(len(ws), len(shares), figsize=(5 * len(shares), 4 * len(ws)),
+                            squeeze=False)  # fmt: skip
+    for row, w in zip(axs, ws, strict=True):
+        in_w = (c["alpha"] == w[0]) & (c["beta"] == w[1]) & (c["gamma"] == w[2])
+        for ax, sh in zip(row, shares, strict=True):
+            grid = np.full((len(ys), len(xs)), np.nan)
+            for i, yv in enumerate(ys):
+                for j, xv in enumerate(xs):
+                    s = in_w & (x == xv) & (y == yv)
+                    if s.any():
+                        grid[i, j] = float(np.mean(c[sh][s]))
+            im = ax.imshow(grid, origin="lower", aspect="auto", vmin=0, vmax=1, cmap="viridis")
+            ax.set_xticks(range(len(xs)), [f"{v:g}" for v in xs], fontsize=7)
+            ax.set_yticks(range(len(ys)), [f"{v:g}" for v in ys], fontsize=7)
+            ax.set_xlabel(axes_[0])
+            ax.set_ylabel(axes_[1])
+            dev = sh[len("share_d") :]
+            weights = f"alpha, beta, gamma = {w[0]:g}, {w[1]:g}, {w[2]:g}"
+            ax.set_title(f"optimum's share of busy time on device {dev}\n{weights}", fontsize=9)
+            for i in range(len(ys)):
+                for j in range(len(xs)):
+                    if np.isfinite(grid[i, j]):
+                        ax.text(j, i, f"{grid[i, j]:.2f}", ha="center", va="center", fontsize=6,
+                                color="w" if grid[i, j] < 0.5 else "k")  # fmt: skip
+            fig.colorbar(im, ax=ax)
+    fig.tight_layout()
     save_figure(fig, path)
     plt.close(fig)
     return Path(path)
