@@ -12,6 +12,7 @@ from hetjax.errors import (
     OnnxImportError,
     PlanError,
     PlatformError,
+    SpecError,
     UnknownNameError,
 )
 from hetjax.graphs import LayerGraph
@@ -21,7 +22,7 @@ from hetjax.parallel import evaluate_sharded, use_cpu_devices
 __version__ = "0.1.0"
 
 # Subpackages with heavier imports (onnx, flax networks) load on first access: `hj.env`.
-_LAZY = ("baselines", "exact", "env", "onnx", "agents", "compare", "reference")
+_LAZY = ("baselines", "exact", "env", "onnx", "agents", "compare", "reference", "sweep")
 
 
 def __getattr__(name):
@@ -46,6 +47,7 @@ __all__ = [
     "agents",
     "compare",
     "reference",
+    "sweep",
     "LayerGraph",
     "Platform",
     "Plan",
@@ -66,4 +68,5 @@ __all__ = [
     "OnnxImportError",
     "CheckpointError",
     "DeviceError",
+    "SpecError",
 ]

@@ -12,6 +12,7 @@ __all__ = [
     "OnnxImportError",
     "CheckpointError",
     "DeviceError",
+    "SpecError",
 ]
 
 
@@ -52,3 +53,7 @@ class CheckpointError(HetjaxError, ValueError):
 
 class DeviceError(HetjaxError, RuntimeError):
     """JAX's devices cannot be set up as asked (e.g. CPU devices requested too late)."""
+
+
+class SpecError(HetjaxError, ValueError):
+    """A sweep specification (SWEEP.toml) is malformed (names the field and the value)."""

@@ -130,6 +130,26 @@ CASES = [
     (["fidelity", "--repeats", "0"], ["--repeats", "0"]),
     (["fidelity", "--out", "adir"], ["--out", "adir"]),
     (["fidelity", "--platform-out", "afile/x.json"], ["--platform-out", "afile/x.json"]),
+    # sweep
+    (["sweep"], ["SWEEP.toml"]),
+    (["sweep", "missing.toml"], ["missing.toml"]),
+    (["sweep", "adir"], ["adir", "directory"]),
+    (["sweep", "broken.toml"], ["broken.toml", "TOML"]),
+    (["sweep", "ok.toml", "--workers", "0"], ["--workers", "0"]),
+    (["sweep", "ok.toml", "--shard-size", "0"], ["--shard-size", "0"]),
+    (["sweep", "ok.toml", "--address", "no address"], ["--address", "no address"]),
+    (["sweep", "ok.toml", "--out", "afile"], ["--out", "afile"]),
+    (["sweep", "ok.toml", "--out", "adir", "--resume"], ["--resume", "adir"]),
+    (["sweep", "ok.toml", "--out", "donesweep"], ["--out", "donesweep", "--resume"]),
+    (["sweep", "unknown_model.toml"], ["models[0].name", "bert-huge"]),
+    (["sweep", "bad_heads.toml"], ["models[0]", "no valid combination"]),
+    (["sweep", "bad_field.toml"], ["overrides[0].field", "speed"]),
+    (["sweep", "zero_bw.toml"], ["overrides[0].set", "0"]),
+    (["sweep", "bad_weights.toml"], ["weights[0]", "0.5"]),
+    (["sweep", "bad_method.toml"], ["methods", "telepathy"]),
+    (["sweep", "bad_key.toml"], ["platforms[0].colour", "unknown key"]),
+    (["sweep", "bad_platform.toml"], ["platforms[0].file", "neg.json", "link_bw"]),
+    (["sweep", "bad_device.toml"], ["peak[5]_scale", "device = 5"]),
 ]
 
 
@@ -165,6 +185,26 @@ def scratch(tmp_path_factory):
     (d / "oldfield" / "config.json").write_text(
         json.dumps({"ppo": {"model": "bert-tiny", "warp_drive": 9}, "chunk": 1})
     )
+    ok = (
+        'methods = ["greedy_eft"]\n[[models]]\nname = "bert-tiny"\n[[platforms]]\npreset = "edge"\n'
+    )
+    tomls = {
+        "ok.toml": ok,
+        "broken.toml": "name = [unclosed\n",
+        "unknown_model.toml": ok.replace('"bert-tiny"', '"bert-huge"'),
+        "bad_heads.toml": ok.replace('name = "bert-tiny"', 'base = "bert-tiny"\nn_heads = [7]'),
+        "bad_field.toml": ok + '[[overrides]]\nfield = "speed"\nset = [1]\n',
+        "zero_bw.toml": ok + '[[overrides]]\nfield = "link_bw"\nset = [0]\n',
+        "bad_weights.toml": "weights = [[0.5, 0.5]]\n" + ok,
+        "bad_method.toml": ok.replace('"greedy_eft"', '"telepathy"'),
+        "bad_key.toml": ok + 'colour = "red"\n',
+        "bad_platform.toml": ok.replace('preset = "edge"', 'file = "neg.json"'),
+        "bad_device.toml": ok + '[[overrides]]\nfield = "peak"\ndevice = 5\nscale = [2]\n',
+    }
+    for name, text in tomls.items():
+        (d / name).write_text(text)
+    (d / "donesweep").mkdir()
+    (d / "donesweep" / "sweep.json").write_text("{}")
     return d
 
 

@@ -1,4 +1,4 @@
-"""The `hetjax` command line: evaluate, compare, train, place, calibrate, fidelity.
+"""The `hetjax` command line: evaluate, compare, train, place, calibrate, fidelity, sweep.
 
 The library never imports this package (nor Typer): each command is a module here that turns
 options into calls of the library. `main()` is the console script.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from hetjax.cli import calibrate, compare, evaluate, train  # noqa: F401  (registers commands)
+from hetjax.cli import calibrate, compare, evaluate, sweep, train  # noqa: F401  (registers commands)
 from hetjax.cli.app import app, console, err_console
 from hetjax.cli.common import (
     PLACEMENTS,

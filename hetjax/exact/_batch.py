@@ -1,30 +1,19 @@
-"""Exact score optima of many platforms: the host search, spread over worker processes.
+"""Exact score optima of many platforms: the host search, spread over Ray workers.
 
 The label search is numpy on one core, so a batch of platforms (a teacher set, a held-out set)
-is solved in parallel by `workers` processes. Each worker is a fresh interpreter running this
-module (`_BOOTSTRAP`) fed by pickles over its pipes: nothing is forked from a process holding a
-JAX runtime, and, unlike multiprocessing's spawn, the caller's script is not re-imported, so
-callers need no `if __name__ == "__main__"` guard. A worker imports hetjax and compiles
-`evaluate` once (a few seconds), so small batches stay in this process. Results do not depend
-on the number of workers.
+is solved in parallel by `workers` Ray workers (`hetjax.distributed`): a local Ray instance
+started and stopped by the call, or an existing cluster (`address`). A worker imports hetjax
+and compiles `evaluate` once (a few seconds), and starting Ray takes seconds, so small batches
+stay in this process. Results do not depend on the number of workers.
 
-No worker outlives its caller: the caller keeps each worker's stdin open until it has the
-worker's reply, and a worker exits as soon as its stdin closes early (the caller died, by any
-signal, SIGKILL included: the kernel closes its pipes); on Linux a worker also asks for
-SIGKILL when its parent dies (PR_SET_PDEATHSIG), first thing, before its imports. An
-exception in the caller while it waits (KeyboardInterrupt, a failed worker) kills the
-remaining workers before it propagates.
+No worker outlives its caller: the local instance is shut down when the call returns or
+raises (KeyboardInterrupt included), and Ray's processes share the caller's fate when it is
+killed, SIGKILL included (tests/test_exact.py).
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import pickle
-import subprocess
-import sys
-import tempfile
-import threading
 
 import jax
 import jax.numpy as jnp
@@ -67,128 +56,9 @@ def _solve_all(graph, batches, weights, b_ref, items) -> list[tuple[int, np.ndar
     return out
 
 
-def _run_workers(job: tuple, parts: list[list], n: int) -> list:
-    """Solve `parts` (one list of (index, platform) per worker) in n worker processes."""
-    env = {
-        **os.environ,
-        "JAX_PLATFORMS": "cpu",  # workers only run the host search
-        "JAX_ENABLE_X64": "1" if jax.config.jax_enable_x64 else "0",  # same precision as here
-        "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),  # find hetjax as this does
-        _PARENT_ENV: str(os.getpid()),  # a worker whose parent is gone exits at once
-    }
-    if jax.config.jax_compilation_cache_dir:  # workers reuse this process's compilation cache
-        for name in ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
-                     "jax_compilation_cache_max_size"):  # fmt: skip
-            env[name.upper()] = str(getattr(jax.config, name))
-    with contextlib.ExitStack() as stack:  # stderr in files: no pipe to drain
-        errs = [stack.enter_context(tempfile.TemporaryFile()) for _ in range(n)]
-        return _talk_to_workers(env, job, parts, errs)
-
-
-def _talk_to_workers(env: dict, job: tuple, parts: list[list], errs: list) -> list:
-    n = len(parts)
-    procs: list[subprocess.Popen] = []
-    threads: list[threading.Thread] = []
-    outputs: list = [b""] * n
-
-    def talk(j: int) -> None:
-        proc = procs[j]
-        try:  # the job, then the reply; stdin stays open until the reply is in
-            proc.stdin.write(pickle.dumps((*job, parts[j])))
-            proc.stdin.flush()
-            outputs[j] = proc.stdout.read()
-        except (BrokenPipeError, OSError):  # the worker died: reported from its exit code
-            pass
-        finally:
-            proc.wait()
-            _close(proc.stdin)
-
-    try:
-        for j in range(n):
-            procs.append(subprocess.Popen(
-                [sys.executable, "-c", _BOOTSTRAP], stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE, stderr=errs[j], env=env,
-            ))  # fmt: skip
-        threads += [threading.Thread(target=talk, args=(j,), daemon=True) for j in range(n)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        results = []
-        for proc, out, err in zip(procs, outputs, errs, strict=True):
-            if proc.returncode != 0 or not out:
-                err.seek(0)
-                tail = err.read().decode(errors="replace").strip().splitlines()[-5:]
-                raise HetjaxError("optimal_scores: a worker process failed:\n" + "\n".join(tail))
-            status, payload = pickle.loads(out)
-            if status == "error":
-                raise payload
-            results += payload
-        return results
-    finally:  # KeyboardInterrupt, a failed worker: no worker is left running
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-        for proc in procs:
-            proc.wait()
-        for t in threads:  # they see end of file now
-            if t.ident is not None:
-                t.join(timeout=10)
-        for proc in procs:
-            for f in (proc.stdin, proc.stdout):
-                _close(f)
-
-
-def _close(f) -> None:
-    with contextlib.suppress(OSError):  # a broken pipe's buffered bytes cannot be flushed
-        f.close()
-
-
-_PARENT_ENV = "HETJAX_EXACT_PARENT_PID"
-
-# A worker's first lines, before it imports anything heavy (hetjax, JAX: seconds): on Linux,
-# SIGKILL when the parent dies (PR_SET_PDEATHSIG = 1); exit if the parent died already.
-_BOOTSTRAP = f"""
-import os, sys
-if sys.platform.startswith("linux"):
-    import ctypes, signal
-    try:
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):  # no prctl: the stdin watch still holds
-        pass
-if os.getppid() != int(os.environ["{_PARENT_ENV}"]):
-    os._exit(1)
-import runpy
-runpy.run_module("hetjax.exact._batch", run_name="__main__", alter_sys=True)
-"""
-
-
-def _watch_stdin() -> None:
-    """Exit at once when stdin closes: the caller is gone (it closes it only after reading
-    this worker's whole reply, when the worker has finished anyway). It reads the file
-    descriptor, not `sys.stdin`, so it holds no lock that interpreter shutdown needs."""
-    try:
-        while os.read(0, 1 << 16):
-            pass
-    except OSError:
-        pass
-    os._exit(1)
-
-
-def _worker_main() -> None:
-    """Worker entry point (after `_BOOTSTRAP`): a pickled job on stdin, ("ok", results) or
-    ("error", exc) out."""
-    try:
-        graph, batches, weights, b_ref, items = pickle.load(sys.stdin.buffer)
-    except EOFError:  # the caller died before sending the job
-        os._exit(1)
-    threading.Thread(target=_watch_stdin, daemon=True).start()
-    try:
-        reply = ("ok", _solve_all(graph, batches, weights, b_ref, items))
-    except HetjaxError as err:
-        reply = ("error", err)
-    sys.stdout.buffer.write(pickle.dumps(reply))
-    sys.stdout.buffer.flush()
+def _solve_part(shared: tuple, items: list) -> list:
+    """One Ray task: `_solve_all` on a share of the platforms."""
+    return _solve_all(*shared, items)
 
 
 def optimal_scores(
@@ -199,13 +69,16 @@ def optimal_scores(
     *,
     b_ref: float = 1.0,
     workers: int | None = None,
+    address: str | None = None,
 ) -> tuple[Plan, np.ndarray]:
     """`optimal_score` of one graph on each of K stacked platforms (leading axis K).
 
     Returns (plans: `hj.Plan` with placement int32[K, N] and batch f32[K], scores f64[K]).
-    `workers` processes share the platforms (default: the CPUs available; 1 = this process
-    only; batches under 32 platforms per worker use fewer). Inputs are checked here, before
-    any worker starts; a platform the search rejects raises its `hj.HetjaxError` (e.g.
+    `workers` Ray workers share the platforms (default: the CPUs available; 1 = this process
+    only; batches under 32 platforms per worker use fewer), on a local Ray instance started
+    for the call, or on the running Ray cluster at `address` ("HOST:PORT" or "auto"; then
+    `workers` is the number of tasks the platforms are split into). Inputs are checked here,
+    before any worker starts; a platform the search rejects raises its `hj.HetjaxError` (e.g.
     `PlanError`: no feasible plan) with the platform's index.
     """
     batches = check_batches(batches)
@@ -222,15 +95,15 @@ def optimal_scores(
     workers = min(workers, max(1, k // _MIN_PER_WORKER))
     job = (host_graph, batches, weights, b_ref)
     items = list(enumerate(singles))
-    if workers == 1:
+    if workers == 1 and address is None:
         results = _solve_all(*job, items)
     else:  # interleaved, so every worker gets a share of the hard platforms
-        results = _run_workers(job, [items[j::workers] for j in range(workers)], workers)
+        from hetjax.distributed import run_tasks
+
+        parts = [items[j::workers] for j in range(workers)]
+        results = [r for part in run_tasks(_solve_part, job, parts, workers=workers,
+                                           address=address) for r in part]  # fmt: skip
     results.sort(key=lambda r: r[0])
     placement = jnp.asarray(np.stack([r[1] for r in results]), jnp.int32)
     batch = jnp.asarray([r[2] for r in results], jnp.float32)
     return Plan(placement, batch), np.asarray([r[3] for r in results], np.float64)
-
-
-if __name__ == "__main__":
-    _worker_main()

@@ -1,0 +1,115 @@
+"""`hetjax sweep` throughput: the issue #21 target sweep, on one process and on Ray workers.
+
+    .venv/bin/python benchmarks/bench_sweep.py [-n 10000] [--workers 1,2] [--shard-size 256]
+
+The sweep of examples/sweep_edge_10k.toml (bert-base, platforms sampled around `edge` with
+spread 2, weights (0.6, 0.3, 0.1), (1, 0, 0), (0.2, 0.2, 0.6), every baseline + the exact
+optimum) with `-n` platforms instead of 10,000, run by `hj.sweep.run` once per entry of
+`--workers` (1: this process, no Ray; N > 1: a local Ray instance with N workers, its start
+included), each into a fresh folder, with the persistent compilation cache on as the CLI has
+it (the first run fills it). Reports wall seconds, configurations per second, the seconds per
+method (the table's `wall_s`, summed) and the projection to 10,000 platforms, and checks that
+every run gives the same table. Writes benchmarks/results/sweep_n<N>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import machine, write_json  # noqa: E402
+
+import hetjax as hj  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+VARYING = ("wall_s", "shard")
+
+
+def _same(a, b) -> bool:
+    for c in a.column_names:
+        if c in VARYING:
+            continue
+        x, y = a[c].to_numpy(zero_copy_only=False), b[c].to_numpy(zero_copy_only=False)
+        ok = (
+            np.array_equal(x, y, equal_nan=True)
+            if x.dtype.kind == "f"
+            else x.tolist() == y.tolist()
+        )
+        if not ok:
+            return False
+    return a.num_rows == b.num_rows
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("-n", type=int, default=10000, help="platforms (the target: 10000)")
+    ap.add_argument("--workers", default="1,2", help="comma-separated worker counts")
+    ap.add_argument("--shard-size", type=int, default=256)
+    ap.add_argument("--methods", default="baselines,exact")
+    args = ap.parse_args(argv)
+    hj.enable_compilation_cache()
+    spec = hj.sweep.load(ROOT / "examples" / "sweep_edge_10k.toml")
+    doc = {
+        "name": f"edge-{args.n}",
+        "batches": list(spec.batch_sets[0]),
+        "weights": [list(w) for w in spec.weights],
+        "methods": args.methods.split(","),
+        "shard_size": args.shard_size,
+        "models": [{"name": "bert-base"}],
+        "platforms": [{"sample": "edge", "n": args.n, "spread": 2.0}],
+    }
+    spec = hj.sweep.parse(doc)
+    configs = args.n * len(spec.weights)
+    rows, tables = [], []
+    for w in (int(x) for x in args.workers.split(",")):
+        with tempfile.TemporaryDirectory() as tmp:
+            t0 = time.perf_counter()
+            table = hj.sweep.run(spec, Path(tmp) / "out", workers=w, progress=False)
+            wall = time.perf_counter() - t0
+        tables.append(table)
+        methods = table["method"].to_numpy(zero_copy_only=False)
+        per = table["wall_s"].to_numpy()
+        rows.append({
+            "workers": w, "ray": w > 1, "wall_s": wall, "configs_per_s": configs / wall,
+            "projected_10k_s": wall * 10000 / args.n,
+            "method_s": {m: float(per[methods == m].sum()) for m in dict.fromkeys(methods)},
+        })  # fmt: skip
+    same = all(_same(tables[0], t) for t in tables[1:])
+    console = Console()
+    t = Table(title=f"sweep: {args.n} platforms around edge x {len(spec.weights)} weights x "
+              f"({', '.join(spec.methods)}), bert-base, shard size {args.shard_size}")  # fmt: skip
+    for col in ("workers", "wall s", "configs/s", "x first", "projected 10k platforms (min)"):
+        t.add_column(col, justify="right")
+    for r in rows:
+        t.add_row(f"{r['workers']}{' (Ray)' if r['ray'] else ''}", f"{r['wall_s']:.1f}",
+                  f"{r['configs_per_s']:.2f}", f"{rows[0]['wall_s'] / r['wall_s']:.2f}",
+                  f"{r['projected_10k_s'] / 60:.1f}")  # fmt: skip
+    console.print(t)
+    m = Table(title="seconds per method (sum of wall_s, first run)")
+    m.add_column("method")
+    m.add_column("s", justify="right")
+    for k, v in sorted(rows[0]["method_s"].items(), key=lambda kv: -kv[1]):
+        m.add_row(k, f"{v:.1f}")
+    console.print(m)
+    console.print(f"identical tables across worker counts: {same}")
+    path = write_json(f"sweep_n{args.n}", {
+        "benchmark": "hj.sweep.run of the issue #21 target sweep with -n platforms",
+        "command": f"benchmarks/bench_sweep.py -n {args.n} --workers {args.workers} "
+                   f"--shard-size {args.shard_size} --methods {args.methods}",
+        "platforms": args.n, "weights": [list(w) for w in spec.weights],
+        "methods": list(spec.methods), "configs": configs, "rows": rows,
+        "identical_tables": same, "machine": machine(),
+    })  # fmt: skip
+    console.print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,726 @@
+"""Running a sweep: expansion into shards, the methods on each shard, the tidy table.
+
+A sweep's configurations are (seed, batch set, weights, model, platform); its platforms are
+every `[[platforms]]` entry (sampled ones drawn from `key(seed)` folded with the entry's
+index) times every combination of the `[[overrides]]` values, padded to a common device
+count. The configurations of one (seed, batch set, weights, model) are cut into shards of
+`shard_size` platforms; a shard runs every method on its platforms and is written to
+`OUT/shards/shard-NNNNN.parquet` atomically (`hetjax.io`) as soon as it is done, so a killed
+sweep loses only the shards in flight and `resume=True` skips the finished ones.
+
+Results do not depend on the shard size or the number of workers: each platform's random key
+is `fold_in(fold_in(key(seed), method), platform index)`, and every jitted call sees the same
+fixed number of platforms (`PLATFORM_CHUNK`, the last chunk padded with copies), so it is the
+same compiled program on the same numbers. Only `wall_s` (seconds) varies from run to run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import io
+import itertools
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from hetjax.errors import HetjaxError, PlanError, SpecError
+from hetjax.io import atomic_write_bytes, read_json, write_json
+from hetjax.sweep.spec import SweepSpec
+
+__all__ = [
+    "Shard",
+    "PLATFORM_CHUNK",
+    "platforms_of",
+    "shards_of",
+    "prepare",
+    "run_shard",
+    "run",
+    "summary",
+]
+
+PLATFORM_CHUNK = 32  # platforms per jitted call (fixed: results independent of shard size)
+
+
+@dataclasses.dataclass(frozen=True)
+class Shard:
+    """One unit of work: `stop - start` platforms of one (seed, batches, weights, model)."""
+
+    index: int
+    seed: int
+    batches: tuple[float, ...]
+    weights: tuple[float, float, float]
+    model: int  # index into spec.models
+    start: int
+    stop: int
+
+
+# --- expansion -------------------------------------------------------------------------------
+
+
+def _source_platforms(spec: SweepSpec, i: int, seed: int):
+    import hetjax as hj
+
+    src = spec.platforms[i]
+    if src.kind == "preset":
+        p = hj.hardware.preset(src.name)
+    elif src.kind == "file":
+        p = hj.hardware.load(src.name)
+    else:
+        key = jax.random.fold_in(jax.random.key(seed), i)
+        return hj.hardware.sample(key, src.n, src.name, src.spread, src.links)
+    return jax.tree.map(lambda x: x[None], p)
+
+
+def _d_max(spec: SweepSpec) -> int:
+    import hetjax as hj
+
+    d = 1
+    for src in spec.platforms:
+        if src.kind == "file":
+            d = max(d, hj.hardware.load(src.name).d_max)
+        else:
+            d = max(d, hj.hardware.preset(src.name).d_max)
+    return d
+
+
+def _apply(arrays: dict, o, value: float) -> None:
+    """One override on host arrays with a leading platform axis (in place)."""
+    x = arrays[o.field]
+    real = arrays["device_mask"]  # [K, D]
+    d = real.shape[-1]
+    if o.field in ("link_bw", "link_latency", "link_energy"):
+        sel = real[:, :, None] & real[:, None, :] & ~np.eye(d, dtype=bool)[None]
+        if o.device is not None:
+            one = np.zeros(d, bool)
+            one[o.device] = True
+            sel &= one[None, :, None] | one[None, None, :]
+    else:
+        sel = real.copy()
+        if o.device is not None:
+            sel &= (np.arange(d) == o.device)[None]
+        if o.field == "peak":
+            sel = sel[:, :, None] & (x > 0)  # unsupported op classes stay unsupported
+    with np.errstate(over="ignore"):  # an overflow is inf, which validation then refuses
+        new = value if o.mode == "set" else x * np.float32(value)
+    arrays[o.field] = np.where(sel, new, x).astype(x.dtype)
+
+
+def platforms_of(spec: SweepSpec, seed: int):
+    """(Platform with leading axis K, metadata rows) of every platform of the sweep at `seed`.
+
+    Metadata per platform: `platform` (the entry's label), `platform_index` (0..K-1),
+    `sample_index` (index within its entry) and one column per override (its value).
+    """
+    import hetjax as hj
+
+    d_max = _d_max(spec)
+    combos = list(itertools.product(*(o.values for o in spec.overrides)))
+    parts, meta = [], []
+    for i, src in enumerate(spec.platforms):
+        base = hj.hardware.pad(_source_platforms(spec, i, seed), d_max)
+        host = {f.name: np.asarray(getattr(base, f.name)) for f in dataclasses.fields(base)}
+        for combo in combos:
+            arrays = {k: v.copy() for k, v in host.items()}
+            for o, value in zip(spec.overrides, combo, strict=True):
+                if o.device is not None and o.device >= d_max:
+                    raise SpecError(f"overrides: {o.column} device = {o.device}: the platforms "
+                                    f"have {d_max} devices")  # fmt: skip
+                _apply(arrays, o, value)
+            stacked = hj.Platform(**arrays)
+            try:
+                hj.hardware.validate(stacked, src.label)
+            except HetjaxError as err:
+                where = ", ".join(f"{o.column} = {v:g}" for o, v in zip(spec.overrides, combo,
+                                                                         strict=True))  # fmt: skip
+                raise SpecError(f"overrides ({where}) on {src.label}: {err}") from None
+            parts.append(arrays)
+            for j in range(src.n):
+                row = {"platform": src.label, "sample_index": j}
+                row.update({o.column: float(v) for o, v in zip(spec.overrides, combo,
+                                                               strict=True)})  # fmt: skip
+                meta.append(row)
+    cat = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    for k, row in enumerate(meta):
+        row["platform_index"] = k
+    return hj.Platform(**cat), meta
+
+
+def shards_of(spec: SweepSpec, n_platforms: int, shard_size: int | None = None) -> list[Shard]:
+    """Every shard of the sweep, in the order of the results table."""
+    size = spec.shard_size if shard_size is None else int(shard_size)
+    out = []
+    for seed, batches, weights, model in itertools.product(
+        spec.seeds, spec.batch_sets, spec.weights, range(len(spec.models))
+    ):
+        for start in range(0, n_platforms, size):
+            out.append(Shard(len(out), seed, batches, weights, model, start,
+                             min(start + size, n_platforms)))  # fmt: skip
+    return out
+
+
+# --- methods on one shard --------------------------------------------------------------------
+
+
+@functools.cache
+def _eval_fn():
+    import hetjax as hj
+
+    def one(graph, platform, plan, weights):
+        m = hj.evaluate(graph, platform, plan)
+        ref = hj.evaluate(graph, platform, hj.reference_plan(graph))
+        return m, hj.score(m, ref, weights)
+
+    return jax.jit(jax.vmap(one, in_axes=(None, 0, 0, None)))
+
+
+@functools.cache
+def _strategy_fn(name: str, batches: tuple, weights: tuple):
+    from hetjax.baselines import STRATEGIES
+
+    s = STRATEGIES[name]
+    return jax.jit(jax.vmap(lambda k, g, p: s(k, g, p, batches, weights=weights),
+                            in_axes=(0, None, 0)))  # fmt: skip
+
+
+def _chunks(n: int):
+    for lo in range(0, n, PLATFORM_CHUNK):
+        yield lo, min(lo + PLATFORM_CHUNK, n)
+
+
+def _take(tree, lo: int, hi: int):
+    """Rows lo..hi of a stacked tree, padded to PLATFORM_CHUNK rows with copies of the last."""
+    idx = np.minimum(np.arange(lo, lo + PLATFORM_CHUNK), hi - 1)
+    return jax.tree.map(lambda x: jnp.asarray(x)[idx], tree)
+
+
+def _evaluate(graph, platforms, plans, weights):
+    """Metrics (host numpy) and scores of one plan per platform, in fixed-size chunks."""
+    n = int(np.shape(platforms.mem_bw)[0])
+    parts = []
+    for lo, hi in _chunks(n):
+        m, s = _eval_fn()(graph, _take(platforms, lo, hi), _take(plans, lo, hi), weights)
+        parts.append(jax.tree.map(lambda x, k=hi - lo: np.asarray(x)[:k], (m, s)))
+    return jax.tree.map(lambda *xs: np.concatenate(xs), *parts)
+
+
+def _block_devices(graph, placement) -> list[str]:
+    """The device of each real block (its first op's), as a string of digits per plan."""
+    block = np.asarray(graph.block)
+    mask = np.asarray(graph.op_mask)
+    m = int(np.asarray(graph.block_mask).sum())
+    first = np.array([np.flatnonzero((block == j) & mask)[0] for j in range(m)])
+    digits = np.asarray(placement)[:, first]
+    return ["".join(map(str, r)) for r in digits.tolist()]
+
+
+def _rows(graph, platforms, plans, weights, method, wall, sims, d_max):
+    """Columns of one method's rows (one per platform)."""
+    m, score = _evaluate(graph, platforms, plans, weights)
+    busy = m.busy[:, :d_max]
+    total = busy.sum(axis=1, keepdims=True)
+    share = np.where(total > 0, busy / np.where(total > 0, total, 1.0), 0.0)
+    k = len(score)
+    cols = {
+        "method": [method] * k,
+        "front_point": np.full(k, -1, np.int64),
+        "batch": np.asarray(plans.batch, np.float64).reshape(k),
+        "feasible": np.asarray(m.feasible, bool),
+        "score": np.asarray(score, np.float64),
+        "latency_ms": np.asarray(m.latency, np.float64) * 1e3,
+        "throughput": np.asarray(m.throughput, np.float64),
+        "energy_j": np.asarray(m.energy, np.float64),
+        "memory_bytes": np.asarray(m.mem_used, np.float64).max(axis=1),
+        "layer_time_std_ms": np.asarray(m.layer_time_std, np.float64) * 1e3,
+        "transfer_share": np.asarray(m.transfer_share, np.float64),
+        "simulations": np.full(k, np.nan if sims is None else float(sims)),
+        "wall_s": np.full(k, wall / max(k, 1)),
+        "block_devices": _block_devices(graph, plans.placement),
+    }
+    for d in range(d_max):
+        cols[f"share_d{d}"] = share[:, d].astype(np.float64)
+    return cols
+
+
+def _keys(seed: int, method: int, index: np.ndarray):
+    base = jax.random.fold_in(jax.random.key(seed), method)
+    return jax.vmap(lambda i: jax.random.fold_in(base, i))(jnp.asarray(index, jnp.uint32))
+
+
+def _baseline(name, graph, platforms, index, shard: Shard, method_id: int):
+    fn = _strategy_fn(name, shard.batches, shard.weights)
+    keys = _keys(shard.seed, method_id, index)
+    n = len(index)
+    t0 = time.perf_counter()
+    parts = []
+    for lo, hi in _chunks(n):
+        plan = fn(_take(keys, lo, hi), graph, _take(platforms, lo, hi))
+        parts.append(jax.tree.map(lambda x, k=hi - lo: np.asarray(x)[:k], plan))
+    wall = time.perf_counter() - t0
+    return jax.tree.map(lambda *xs: np.concatenate(xs), *parts), wall
+
+
+def _exact(graph, platforms, shard: Shard):
+    """Optimal plans (feasible flag per platform) and the search's wall time."""
+    import hetjax as hj
+
+    t0 = time.perf_counter()
+    try:
+        plans, _ = hj.exact.optimal_scores(graph, platforms, shard.batches, shard.weights,
+                                           workers=1)  # fmt: skip
+        return jax.tree.map(np.asarray, plans), time.perf_counter() - t0
+    except PlanError:  # some platform has no feasible plan: solve one by one
+        pass
+    n = int(np.shape(platforms.mem_bw)[0])
+    place, batch = [], []
+    for i in range(n):
+        p = jax.tree.map(lambda x, i=i: x[i], platforms)
+        try:
+            plan, _ = hj.exact.optimal_score(graph, p, shard.batches, shard.weights)
+            place.append(np.asarray(plan.placement))
+            batch.append(float(plan.batch))
+        except PlanError:  # no plan fits: all on device 0 at the first batch (infeasible row)
+            place.append(np.zeros(graph.n_max, np.int32))
+            batch.append(float(shard.batches[0]))
+    plans = hj.Plan(np.stack(place).astype(np.int32), np.asarray(batch, np.float32))
+    return plans, time.perf_counter() - t0
+
+
+def _pareto(graph, platforms, shard: Shard, d_max: int):
+    import hetjax as hj
+
+    n = int(np.shape(platforms.mem_bw)[0])
+    out = []
+    for i in range(n):
+        p = jax.tree.map(lambda x, i=i: x[i], platforms)
+        t0 = time.perf_counter()
+        plans, _ = hj.exact.pareto_front(graph, p, shard.batches)
+        wall = time.perf_counter() - t0
+        k = int(np.shape(plans.batch)[0])
+        many = jax.tree.map(lambda x, k=k: np.broadcast_to(np.asarray(x), (k, *np.shape(x))), p)
+        cols = _rows(graph, many, jax.tree.map(np.asarray, plans), shard.weights, "pareto",
+                     wall, None, d_max)  # fmt: skip
+        cols["front_point"] = np.arange(k, dtype=np.int64)
+        cols["wall_s"] = np.full(k, wall)
+        out.append((i, cols))
+    return out
+
+
+@functools.cache
+def _policy(checkpoint: str, model: str, seq_len: int, d_max: int):
+    import dataclasses as dc
+
+    import hetjax as hj
+    from hetjax.agents import ppo
+    from hetjax.agents.jobs import load_policy
+
+    config, params = load_policy(Path(checkpoint))
+    trained = (config.model,) + tuple(config.models)
+    # the device slots it was trained with (a run saved before d_max: the preset's count)
+    pd = config.d_max or hj.hardware.preset(config.platform).d_max
+    if d_max > pd:
+        raise SpecError(f"policy.checkpoint = {checkpoint!r}: the policy places on {pd} devices "
+                        f"at most, the platforms have {d_max}")  # fmt: skip
+    # the sweep's model at the sweep's sequence length: the policy's plans are evaluated on
+    # the same graph as every other method's
+    config = dc.replace(config, model=model, models=tuple(n for n in trained if n != model),
+                        d_max=pd, seq_len=seq_len)  # fmt: skip
+    return ppo.make_setup(config), params
+
+
+def _policy_plans(spec: SweepSpec, model, seq_len: int, platforms, index, shard: Shard):
+    import hetjax as hj
+    from hetjax.agents import ppo, report
+
+    setup, params = _policy(spec.policy.checkpoint, model, seq_len, platforms.d_max)
+    padded = hj.hardware.pad(platforms, setup.config.d_max)
+    keys = _keys(shard.seed, 1000, index)
+    k = spec.policy.best_of
+
+    def one(key, p):
+        one_p = jax.tree.map(lambda x: x[None], p)
+        if k > 0:
+            _, actions = ppo.best_of_k_rollout(setup, params, key, one_p, k)
+        else:
+            _, actions = ppo.greedy_rollout(setup, params, key, one_p)
+        return report.episode_plan(setup, actions[:, 0])
+
+    fn = jax.jit(jax.vmap(one))
+    t0 = time.perf_counter()
+    parts = []
+    n = len(index)
+    for lo, hi in _chunks(n):
+        plan = fn(_take(keys, lo, hi), _take(padded, lo, hi))
+        parts.append(jax.tree.map(lambda x, c=hi - lo: np.asarray(x)[:c], plan))
+    wall = time.perf_counter() - t0
+    return setup.graph, padded, jax.tree.map(lambda *xs: np.concatenate(xs), *parts), wall
+
+
+def run_shard(shared: dict, job: tuple) -> dict:
+    """Every method of the sweep on one shard -> columns (numpy arrays / lists) of its rows,
+    metadata included. `shared`: {"spec", "graphs": {label: LayerGraph}, "meta": [...],
+    "d_max"}; `job`: (Shard, platforms of the shard as host arrays)."""
+    from hetjax.baselines import simulations
+
+    spec: SweepSpec = shared["spec"]
+    shard, platforms = job
+    platforms = jax.tree.map(jnp.asarray, platforms)
+    model = spec.models[shard.model]
+    graph = jax.tree.map(jnp.asarray, shared["graphs"][model.label])
+    d_max = shared["d_max"]
+    index = np.arange(shard.start, shard.stop)
+    blocks: list[tuple[int, dict]] = []  # (order key, columns)
+    opt_score = None
+    if "exact" in spec.methods:
+        plans, wall = _exact(graph, platforms, shard)
+        cols = _rows(graph, platforms, plans, shard.weights, "exact", wall, None, d_max)
+        opt_score = np.where(cols["feasible"], cols["score"], np.nan)
+        blocks.append((0, cols))
+    for j, name in enumerate(spec.baselines()):
+        plans, wall = _baseline(name, graph, platforms, index, shard, j + 1)
+        sims = simulations(name, len(shard.batches), d_max)
+        blocks.append((j + 1, _rows(graph, platforms, plans, shard.weights, name, wall, sims,
+                                    d_max)))  # fmt: skip
+    if "policy" in spec.methods:
+        seq = shared["model_info"][model.label]["seq_len"]
+        g, padded, plans, wall = _policy_plans(spec, model.source, seq, platforms, index, shard)
+        cols = _rows(g, padded, plans, shard.weights, "policy", wall,
+                     spec.policy.best_of + 1, d_max)  # fmt: skip
+        blocks.append((len(blocks) + 1, cols))
+    if "pareto" in spec.methods:
+        for i, cols in _pareto(graph, platforms, shard, d_max):
+            blocks.append((len(spec.baselines()) + 2, cols, i))
+    return _assemble(spec, shared, shard, index, blocks, opt_score)
+
+
+def _assemble(spec, shared, shard: Shard, index, blocks, opt_score) -> dict:
+    """One table from the methods' columns, rows platform by platform (then method, then
+    Pareto point): the same order whatever the shard size."""
+    plat, order = [], []
+    for b in blocks:
+        k = len(b[1]["method"])
+        plat.append(np.arange(k) if len(b) == 2 else np.full(k, b[2]))
+        order.append(np.full(k, b[0]))
+    plat, order = np.concatenate(plat), np.concatenate(order)
+    cols: dict = {}
+    for key in blocks[0][1]:
+        parts = [b[1][key] for b in blocks]
+        if isinstance(parts[0], list):
+            cols[key] = np.asarray(sum(parts, []), dtype=object)
+        else:
+            cols[key] = np.concatenate([np.asarray(x) for x in parts])
+    perm = np.lexsort((cols["front_point"], order, plat))
+    plat = plat[perm]
+    out = {k: (v[perm].tolist() if v.dtype == object else v[perm]) for k, v in cols.items()}
+    opt = np.full(len(index), np.nan) if opt_score is None else opt_score
+    s, o = out["score"], opt[plat]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        gap = np.maximum((o - s) / np.abs(o) * 100.0, 0.0)
+    gap = np.where(s >= o, 0.0, gap)  # the optimum itself (also when it scores 0)
+    gap = np.where(np.isfinite(s), gap, np.inf)
+    pareto = np.asarray(out["method"], dtype=object) == "pareto"
+    out["gap_pct"] = np.where(pareto | ~np.isfinite(o), np.nan, gap)
+    meta = _meta(spec, shared, shard)
+    n = len(perm)
+    head = {k: [v] * n for k, v in meta.items()}
+    rows = [shared["meta"][int(index[i])] for i in plat]
+    for key in rows[0] if rows else []:
+        head[key] = [r[key] for r in rows]
+    return {**head, **out}
+
+
+def _meta(spec: SweepSpec, shared: dict, shard: Shard) -> dict:
+    model = spec.models[shard.model]
+    info = shared["model_info"][model.label]
+    alpha, beta, gamma = shard.weights
+    row = {
+        "shard": shard.index,
+        "seed": shard.seed,
+        "batches": ",".join(f"{b:g}" for b in shard.batches),
+        "alpha": alpha,
+        "beta": beta,
+        "gamma": gamma,
+        "model": model.label,
+        **info,
+    }
+    return row
+
+
+# --- the driver ------------------------------------------------------------------------------
+
+
+def _model_info(spec: SweepSpec, graphs: dict) -> dict:
+    from hetjax.graphs.transformers import param_count
+
+    out = {}
+    for m in spec.models:
+        g = graphs[m.label]
+        mask = np.asarray(g.op_mask)
+        cfg = m.config()
+        if cfg is not None:
+            params = float(param_count(cfg))
+            seq = cfg.tokens(m.seq_len)
+        else:
+            params = float(np.asarray(g.param_bytes)[mask].sum() / 2.0)  # fp16 weights
+            seq = m.seq_len or dict(m.dims).get("sequence", 128)
+        out[m.label] = {
+            "seq_len": int(seq),
+            "n_layers": None if cfg is None else cfg.n_layers,
+            "d_model": None if cfg is None else cfg.d_model,
+            "n_heads": None if cfg is None else cfg.n_heads,
+            "d_ff": None if cfg is None else cfg.d_ff,
+            "params": params,
+            "flops": float(np.asarray(g.flops, np.float64)[mask].sum()),
+        }
+    return out
+
+
+def _shard_path(out: Path, i: int) -> Path:
+    return out / "shards" / f"shard-{i:05d}.parquet"
+
+
+def _write_shard(out: Path, i: int, cols: dict) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    buf = io.BytesIO()
+    pq.write_table(pa.table(cols), buf)
+    atomic_write_bytes(_shard_path(out, i), buf.getvalue())
+
+
+def _read_shard(out: Path, i: int):
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.read_table(_shard_path(out, i))
+    except (OSError, ValueError):  # missing or unreadable: run it (again)
+        return None
+
+
+def prepare(spec: SweepSpec, out: str | Path, *, resume: bool = False,
+            shard_size: int | None = None):  # fmt: skip
+    """Everything `run` checks before it starts: the graphs, the platforms, the shards and
+    the output folder (a folder holding another sweep, or this one without `resume`, is
+    refused). Returns (shared, platforms, shards, manifest)."""
+    import hetjax as hj
+
+    out = Path(out)
+    size = spec.shard_size if shard_size is None else int(shard_size)
+    if size < 1:
+        raise SpecError(f"shard_size = {size}: must be >= 1")
+    manifest_path = out / "sweep.json"
+    fp = spec.fingerprint(size)
+    if manifest_path.exists():
+        try:
+            old = read_json(manifest_path)
+        except (OSError, ValueError):
+            old = {}
+        if not resume:
+            raise SpecError(f"--out {str(out)!r}: holds a sweep already; pass --resume to go on "
+                            "or choose another folder")  # fmt: skip
+        if old.get("fingerprint") != fp:
+            raise SpecError(f"--resume {str(out)!r}: the folder holds a different sweep (another "
+                            "spec or shard size)")  # fmt: skip
+    graphs = {}
+    for i, m in enumerate(spec.models):
+        try:
+            g = m.graph()
+        except HetjaxError as err:
+            raise SpecError(f"models[{i}] ({m.label}): {err}") from None
+        graphs[m.label] = g
+    # one padded shape for every model: a model grid compiles each jitted method once
+    n, mm, p = (max(getattr(g, k) for g in graphs.values()) for k in ("n_max", "m_max", "p_max"))
+    graphs = {k: jax.tree.map(np.asarray, hj.graphs.pad(g, n, mm, p)) for k, g in graphs.items()}
+    d_max = _d_max(spec)
+    for i, m in enumerate(spec.models):
+        if "exact" in spec.methods or "pareto" in spec.methods:
+            try:
+                base = hj.hardware.pad(_source_platforms(spec, 0, spec.seeds[0]), d_max)
+                hj.exact.check_chain(graphs[m.label], jax.tree.map(lambda x: x[0], base))
+            except HetjaxError as err:
+                raise SpecError(f"models[{i}] ({m.label}): {err}") from None
+    shared = {"spec": spec, "graphs": graphs, "d_max": d_max,
+              "model_info": _model_info(spec, graphs)}  # fmt: skip
+    per_seed = {}
+    for seed in spec.seeds:
+        per_seed[seed] = platforms_of(spec, seed)
+        if "exact" in spec.methods or "pareto" in spec.methods:
+            _check_reference_fits(spec, graphs, *per_seed[seed])
+    n = len(per_seed[spec.seeds[0]][1])
+    shards = shards_of(spec, n, size)
+    manifest = {"name": spec.name, "fingerprint": fp, "shard_size": size, "shards": len(shards),
+                "platforms": n, "spec": dataclasses.asdict(spec)}  # fmt: skip
+    return shared, per_seed, shards, manifest
+
+
+def _check_reference_fits(spec: SweepSpec, graphs: dict, platforms, meta) -> None:
+    """The exact solvers need the reference plan (every op on device 0 at batch 1) to be
+    feasible on every platform (SPEC): checked here, before any shard runs."""
+    import hetjax as hj
+
+    for i, m in enumerate(spec.models):
+        g = jax.tree.map(jnp.asarray, graphs[m.label])
+        ref = hj.reference_plan(g)
+        n = len(meta)
+        plans = hj.Plan(jnp.broadcast_to(ref.placement, (n, g.n_max)),
+                        jnp.broadcast_to(jnp.asarray(ref.batch, jnp.float32), (n,)))  # fmt: skip
+        m_, _ = _evaluate(g, platforms, plans, (1.0, 0.0, 0.0))
+        bad = np.flatnonzero(~np.asarray(m_.feasible))
+        if bad.size:
+            k = int(bad[0])
+            raise SpecError(
+                f"models[{i}] ({m.label}) on platform {meta[k]['platform']!r} #{k}: the "
+                "reference plan (all on device 0, batch 1) does not fit device 0's memory; "
+                "the exact solvers need it to"
+            )
+
+
+def run(
+    spec: SweepSpec,
+    out: str | Path,
+    *,
+    resume: bool = False,
+    workers: int | None = None,
+    address: str | None = None,
+    shard_size: int | None = None,
+    progress: bool = True,
+):
+    """Run a sweep; write OUT/results.parquet, results.csv, summary.json (and cosearch.*
+    with a [cosearch] table, figures with `hj.sweep.figures`) and return the table
+    (`pyarrow.Table`, a row per (configuration, method), and per Pareto point).
+
+    `workers` Ray workers run the shards (default: the CPUs available; 1 without `address`:
+    this process, no Ray); `address` joins a running Ray cluster. `resume` skips the shards
+    already in OUT/shards. Everything is checked before any work starts (`hj.SpecError`).
+    """
+    import pyarrow as pa
+
+    from hetjax.exact import default_workers
+
+    out = Path(out)
+    workers = default_workers() if workers is None else int(workers)
+    if workers < 1:
+        raise SpecError(f"workers = {workers}: must be >= 1")
+    shared, per_seed, shards, manifest = prepare(spec, out, resume=resume, shard_size=shard_size)
+    todo = [s for s in shards if not (resume and _read_shard(out, s.index) is not None)]
+
+    def job(s: Shard):
+        platforms, _ = per_seed[s.seed]
+        return s, jax.tree.map(lambda x: np.asarray(x)[s.start : s.stop], platforms)
+
+    shared_task = {**shared, "meta": per_seed[spec.seeds[0]][1]}
+    in_process = address is None and (workers == 1 or len(todo) <= 1)
+    with contextlib.ExitStack() as stack:
+        if not in_process:  # connect first: a bad --address fails before anything is written
+            from hetjax.distributed import ray_session, run_tasks
+
+            stack.enter_context(ray_session(workers, address))
+        write_json(out / "sweep.json", manifest)
+        bar = stack.enter_context(_Progress(len(shards), len(shards) - len(todo), progress,
+                                            spec.name))  # fmt: skip
+        if in_process:
+            for s in todo:
+                _write_shard(out, s.index, run_shard(shared_task, job(s)))
+                bar.advance()
+        else:
+
+            def done(i, cols):
+                _write_shard(out, todo[i].index, cols)
+                bar.advance()
+
+            run_tasks(run_shard, shared_task, [job(s) for s in todo], workers=workers,
+                      address=address, on_done=done)  # fmt: skip
+    tables = [_read_shard(out, s.index) for s in shards]
+    table = pa.concat_tables(tables, promote_options="default")
+    _write_results(spec, out, table)
+    return table
+
+
+class _Progress:
+    """A rich progress bar over shards, with the ETA (or nothing)."""
+
+    def __init__(self, total: int, done: int, enabled: bool, name: str):
+        self.total, self.done, self.enabled, self.name = total, done, enabled, name
+        self.bar = None
+
+    def __enter__(self):
+        if self.enabled:
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,  # fmt: skip
+                TimeRemainingColumn,
+            )
+
+            self.bar = Progress(TextColumn(f"[bold]{self.name}"), BarColumn(),
+                                MofNCompleteColumn(), TextColumn("shards"), TimeElapsedColumn(),
+                                TextColumn("ETA"), TimeRemainingColumn())  # fmt: skip
+            self.bar.__enter__()
+            self.task = self.bar.add_task("", total=self.total, completed=self.done)
+        return self
+
+    def advance(self):
+        if self.bar is not None:
+            self.bar.advance(self.task)
+
+    def __exit__(self, *exc):
+        if self.bar is not None:
+            self.bar.__exit__(*exc)
+
+
+def summary(table) -> list[dict]:
+    """Per (weights, method): configurations, infeasible %, mean / median gap % over the
+    feasible plans, share within 1 % of the optimum, mean wall s per configuration."""
+    import pyarrow.compute as pc
+
+    t = table.filter(pc.not_equal(table["method"], "pareto"))
+    df = {c: t[c].to_numpy(zero_copy_only=False) for c in
+          ("alpha", "beta", "gamma", "method", "gap_pct", "feasible", "wall_s")}  # fmt: skip
+    out = []
+    keys = sorted({(a, b, g) for a, b, g in zip(df["alpha"], df["beta"], df["gamma"],
+                                                 strict=True)})  # fmt: skip
+    methods = list(dict.fromkeys(df["method"].tolist()))
+    for w in keys:
+        sel_w = (df["alpha"] == w[0]) & (df["beta"] == w[1]) & (df["gamma"] == w[2])
+        for m in methods:
+            sel = sel_w & (df["method"] == m)
+            if not sel.any():
+                continue
+            gaps = df["gap_pct"][sel].astype(np.float64)
+            fin = gaps[np.isfinite(gaps)]
+            out.append({
+                "alpha": w[0], "beta": w[1], "gamma": w[2], "method": m,
+                "configs": int(sel.sum()),
+                "infeasible_pct": float(np.mean(~df["feasible"][sel])) * 100.0,
+                "mean_gap_pct": float(fin.mean()) if fin.size else None,
+                "median_gap_pct": float(np.median(fin)) if fin.size else None,
+                "within_1pct": float(np.mean(np.isfinite(gaps) & (gaps <= 1.0))),
+                "wall_s_per_config": float(df["wall_s"][sel].mean()),
+            })  # fmt: skip
+    return out
+
+
+def _write_table(table, path: Path) -> None:
+    """`table` as Parquet (path.parquet) and CSV (path.csv), each written atomically."""
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    for suffix, write in ((".parquet", pq.write_table), (".csv", pacsv.write_csv)):
+        buf = io.BytesIO()
+        write(table, buf)
+        atomic_write_bytes(path.with_suffix(suffix), buf.getvalue())
+
+
+def _write_results(spec: SweepSpec, out: Path, table) -> None:
+    _write_table(table, out / "results")
+    write_json(out / "summary.json", summary(table))
+    if spec.cosearch is not None:
+        from hetjax.sweep.cosearch import cosearch
+
+        _write_table(cosearch(spec, table), out / "cosearch")

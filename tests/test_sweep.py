@@ -1,0 +1,360 @@
+"""hj.sweep: the spec (parsing, bad specs), platforms and overrides, the co-search front, and
+small sweeps end to end (baselines + exact; shard-size independence; resume after a kill;
+two Ray workers against one process)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jax
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import hetjax as hj
+from hetjax.sweep import runner as sweep_run
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# one small sweep shared by the end-to-end tests (same batches and weights: compiled once)
+SMALL = {
+    "name": "small",
+    "batches": [1, 4],
+    "weights": [[0.6, 0.3, 0.1], [1.0, 0.0, 0.0]],
+    "methods": ["all_gpu", "greedy_eft", "random_search", "exact"],
+    "shard_size": 2,
+    "models": [{"name": "bert-tiny"}],
+    "platforms": [{"preset": "edge"}, {"sample": "edge", "n": 2, "spread": 3.0}],
+    "overrides": [{"field": "link_bw", "set": [8e9, 64e9]}],
+}
+N_PLATFORMS = 6  # (1 + 2) x 2 link bandwidths
+VARYING = ("wall_s", "shard")  # the only columns that depend on the run
+
+
+def _same(a, b) -> bool:
+    """Equal tables but for the run-dependent columns (NaN equals NaN)."""
+    if a.column_names != b.column_names or a.num_rows != b.num_rows:
+        return False
+    for c in a.column_names:
+        if c in VARYING:
+            continue
+        x, y = a[c].to_numpy(zero_copy_only=False), b[c].to_numpy(zero_copy_only=False)
+        if x.dtype.kind == "f":
+            if not np.array_equal(x, y, equal_nan=True):
+                return False
+        elif x.tolist() != y.tolist():
+            return False
+    return True
+
+
+# --- the spec --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["sweep_cosearch_bert_edge.toml", "sweep_edge_10k.toml"])
+def test_example_specs_parse(name):
+    spec = hj.sweep.load(ROOT / "examples" / name)
+    assert spec.models and spec.platforms and "exact" in spec.methods
+
+
+def test_grid_expands_and_skips_indivisible_widths():
+    spec = hj.sweep.parse({
+        "models": [{"base": "bert-base", "n_layers": [2, 4], "d_model": [256, 384],
+                    "n_heads": [4, 12]}],
+        "platforms": ["edge"],
+    })  # fmt: skip
+    labels = [m.label for m in spec.models]
+    # 256 / 12 is no integer: that width x heads pair is skipped, the 7 others stay
+    assert len(labels) == 6 and "bert-base-L2-d256-h12" not in labels
+    cfg = {m.label: m.config() for m in spec.models}["bert-base-L4-d384-h12"]
+    assert (cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.d_ff) == (4, 384, 12, 1536)
+
+
+def test_weights_table_is_a_product_and_defaults_hold():
+    spec = hj.sweep.parse({"weights": {"alpha": [1.0, 0.5], "gamma": [0.0, 0.2]},
+                           "models": ["bert-tiny"], "platforms": ["edge"]})  # fmt: skip
+    assert spec.weights == ((1.0, 0.3, 0.0), (1.0, 0.3, 0.2), (0.5, 0.3, 0.0), (0.5, 0.3, 0.2))
+    assert spec.batch_sets == ((1.0, 2.0, 4.0, 8.0, 16.0, 32.0),)
+    assert spec.baselines() == tuple(hj.baselines.STRATEGIES)  # methods default: baselines
+
+
+BAD = [
+    ({"models": None}, "models: missing"),
+    ({"platforms": None}, "platforms: missing"),
+    ({"models": [{"name": "bert-huge"}]}, "models[0].name = 'bert-huge'"),
+    ({"models": [{"name": "bert-tiny", "base": "bert-tiny"}]}, "models[0]: give exactly one"),
+    ({"models": [{"name": "bert-tiny", "n_layers": [2]}]}, "needs base"),
+    ({"models": [{"base": "bert-tiny", "n_layers": [0]}]}, "models[0].n_layers = 0"),
+    ({"models": [{"base": "bert-tiny", "seq_len": [9999]}]}, "9999"),
+    ({"models": [{"onnx": "nope.onnx"}]}, "models[0].onnx = 'nope.onnx'"),
+    ({"platforms": [{"preset": "moon"}]}, "platforms[0].preset = 'moon'"),
+    ({"platforms": [{"sample": "edge", "n": 0}]}, "platforms[0].n = 0"),
+    ({"platforms": [{"sample": "edge", "spread": 0.5}]}, "platforms[0].spread = 0.5"),
+    ({"platforms": [{"sample": "edge", "links": ["smoke"]}]}, "platforms[0].links = 'smoke'"),
+    ({"platforms": [{"preset": "edge", "n": 3}]}, "platforms[0].n"),
+    ({"platforms": ["edge", "edge"]}, "'edge' appears twice"),
+    ({"overrides": [{"field": "speed", "set": [1]}]}, "overrides[0].field = 'speed'"),
+    ({"overrides": [{"field": "link_bw", "set": [-1.0]}]}, "overrides[0].set = -1.0"),
+    ({"overrides": [{"field": "peak", "set": [1e12]}]}, "needs a device"),
+    ({"overrides": [{"field": "mem_bw", "scale": [0.0]}]}, "overrides[0].scale = 0.0"),
+    ({"overrides": [{"field": "launch", "set": [1e-6], "scale": [2.0]}]}, "exactly one"),
+    ({"weights": [[0.5, 0.5]]}, "weights[0] = [0.5, 0.5]"),
+    ({"weights": [[0.0, 0.0, 0.0]]}, "weights[0]"),
+    ({"weights": {"delta": [1.0]}}, "weights.delta"),
+    ({"batches": [[0, 1]]}, "batches[0]"),
+    ({"batches": []}, "batches = []"),
+    ({"methods": ["telepathy"]}, "methods = 'telepathy'"),
+    ({"methods": ["policy"]}, "policy"),
+    ({"methods": ["exact", "policy"], "policy": {"checkpoint": "nowhere"}}, "policy.checkpoint"),
+    ({"seeds": [-1]}, "seeds = -1"),
+    ({"shard_size": 0}, "shard_size = 0"),
+    ({"cosearch": {"capacity": "beauty"}}, "cosearch.capacity = 'beauty'"),
+    ({"methods": ["greedy_eft"], "cosearch": {}}, "cosearch: needs"),
+    ({"cosearch": {"capacity": "quality"}}, "cosearch.quality"),
+    ({"figures": {"heatmap": ["x"]}}, "figures.heatmap"),
+    ({"colour": "red"}, "sweep.colour"),
+]
+
+
+@pytest.mark.parametrize(("edit", "words"), BAD, ids=[w for _, w in BAD])
+def test_bad_specs_raise_one_line_naming_the_field(edit, words, tmp_path):
+    doc = {"models": ["bert-tiny"], "platforms": ["edge"], **edit}
+    doc = {k: v for k, v in doc.items() if v is not None}  # None: the key is left out
+    with pytest.raises(hj.SpecError) as exc:
+        hj.sweep.parse(doc, tmp_path)
+    msg = str(exc.value)
+    assert words in msg and "\n" not in msg, msg
+
+
+def test_bad_toml_and_missing_file(tmp_path):
+    (tmp_path / "x.toml").write_text("name = [")
+    with pytest.raises(hj.SpecError, match="not valid TOML"):
+        hj.sweep.load(tmp_path / "x.toml")
+    with pytest.raises(hj.SpecError, match="missing.toml"):
+        hj.sweep.load(tmp_path / "missing.toml")
+
+
+# --- platforms and overrides -----------------------------------------------------------------
+
+
+def test_overrides_set_and_scale_the_named_fields():
+    spec = hj.sweep.parse({
+        "models": ["bert-tiny"], "platforms": ["edge"],
+        "overrides": [{"field": "link_bw", "set": [8e9, 16e9]},
+                      {"field": "peak", "device": 1, "scale": [0.5, 2.0]}],
+    })  # fmt: skip
+    plats, meta = hj.sweep.platforms_of(spec, 0)
+    base = hj.hardware.preset("edge")
+    assert [(m["link_bw"], m["peak[1]_scale"]) for m in meta] == [
+        (8e9, 0.5), (8e9, 2.0), (16e9, 0.5), (16e9, 2.0)]  # fmt: skip
+    bw = np.asarray(plats.link_bw)
+    assert bw[0, 0, 1] == bw[0, 1, 0] == np.float32(8e9) and bw[3, 0, 1] == np.float32(16e9)
+    peak = np.asarray(plats.peak)
+    np.testing.assert_array_equal(peak[:, 0], np.broadcast_to(np.asarray(base.peak)[0], (4, 6)))
+    np.testing.assert_allclose(peak[1, 1], np.asarray(base.peak)[1] * 2.0, rtol=1e-7)
+    assert np.all((peak[:, 1] > 0) == (np.asarray(base.peak)[1] > 0))  # zeros stay zero
+
+
+def test_an_override_that_breaks_a_platform_is_refused():
+    spec = hj.sweep.parse({"models": ["bert-tiny"], "platforms": ["edge"],
+                           "overrides": [{"field": "mem_bw", "device": 1,
+                                          "scale": [1e30]}]})  # fmt: skip
+    with pytest.raises(hj.SpecError, match=r"mem_bw\[1\]_scale = 1e\+30.*mem_bw"):  # float32 inf
+        hj.sweep.platforms_of(spec, 0)
+
+
+def test_shards_cover_every_platform_once():
+    spec = hj.sweep.parse({**SMALL})
+    shards = hj.sweep.shards_of(spec, N_PLATFORMS, 4)
+    assert len(shards) == 2 * 2  # 2 weight settings x ceil(6 / 4)
+    covered = sorted((s.weights, i) for s in shards for i in range(s.start, s.stop))
+    assert len(covered) == len(set(covered)) == 2 * N_PLATFORMS
+
+
+# --- the co-search front ---------------------------------------------------------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(*[st.integers(0, 4)] * 3), min_size=1, max_size=12))
+def test_front_mask_keeps_exactly_the_undominated_points(points):
+    p = np.asarray(points, np.float64)
+    mask = hj.sweep.cosearch.front_mask(p)
+
+    def dominates(a, b):
+        return np.all(a <= b) and np.any(a < b)
+
+    for i in range(len(p)):
+        beaten = any(dominates(p[j], p[i]) for j in range(len(p)))
+        assert mask[i] == (not beaten)
+
+
+# --- sweeps end to end -----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory):
+    """The small sweep in this process (shard size 2): (spec, table, out folder)."""
+    spec = hj.sweep.parse({**SMALL})
+    out = tmp_path_factory.mktemp("sweep") / "a"
+    return spec, hj.sweep.run(spec, out, workers=1, progress=False), out
+
+
+def test_small_sweep_rows_metrics_and_gaps(small_run):
+    spec, table, out = small_run
+    methods = ["exact", "all_gpu", "greedy_eft", "random_search"]
+    assert table.num_rows == 2 * N_PLATFORMS * len(methods)
+    rows = table.to_pylist()
+    assert [r["method"] for r in rows[:4]] == methods  # platform by platform, optimum first
+    by = {}
+    for r in rows:
+        by.setdefault((r["alpha"], r["platform_index"]), {})[r["method"]] = r
+    assert len(by) == 2 * N_PLATFORMS
+    for cfg in by.values():
+        opt = cfg["exact"]
+        assert opt["feasible"] and opt["gap_pct"] == 0.0
+        for m in methods[1:]:
+            r = cfg[m]
+            # the exact optimum is a true optimum: no method scores above it
+            assert r["score"] <= opt["score"] + 1e-5 * abs(opt["score"])
+            assert r["gap_pct"] >= 0.0
+            assert r["simulations"] == hj.baselines.simulations(m, 2, 2)
+        assert np.isnan(opt["simulations"])
+        assert abs(opt["share_d0"] + opt["share_d1"] - 1.0) < 1e-5
+        assert len(opt["block_devices"]) == 6  # bert-tiny: 6 blocks
+    # the metrics are hj.evaluate's on the row's plan: check one row against it
+    r = by[(0.6, 3)]["greedy_eft"]
+    plats, _ = hj.sweep.platforms_of(spec, 0)
+    p = hj.hardware.unstack(plats)[3]
+    g = hj.graphs.transformer("bert-tiny")
+    plan = hj.Plan.from_blocks(g, np.asarray([int(c) for c in r["block_devices"]]), r["batch"])
+    m = hj.evaluate(g, p, plan)
+    assert r["latency_ms"] == pytest.approx(float(m.latency) * 1e3, rel=1e-5)
+    assert r["energy_j"] == pytest.approx(float(m.energy), rel=1e-5)
+    # files: the table as Parquet and CSV, the summary
+    assert _same(pq.read_table(out / "results.parquet"), table)
+    assert (out / "results.csv").read_text().count("\n") == table.num_rows + 1
+    summary = hj.sweep.summary(table)
+    assert {s["method"] for s in summary} == set(methods)
+    figs = hj.sweep.figures.plot_all(spec, table, out)
+    assert {p.name for p in figs} == {"pareto.png", "heatmap.png", "gaps.png"}
+
+
+def test_results_do_not_depend_on_the_shard_size(small_run, tmp_path):
+    spec, table, _ = small_run
+    other = hj.sweep.run(spec, tmp_path / "b", workers=1, shard_size=5, progress=False)
+    assert _same(other, table)
+
+
+class _Killed(BaseException):
+    """A kill, simulated: no `except Exception` catches it."""
+
+
+def test_resume_after_a_kill_gives_the_same_table(small_run, tmp_path, monkeypatch):
+    spec, table, _ = small_run
+    out = tmp_path / "c"
+    real = sweep_run._write_shard
+    written = []
+
+    def write_then_die(path, i, cols):
+        if len(written) == 2:
+            raise _Killed
+        real(path, i, cols)
+        written.append(i)
+
+    with monkeypatch.context() as m:
+        m.setattr(sweep_run, "_write_shard", write_then_die)
+        with pytest.raises(_Killed):
+            hj.sweep.run(spec, out, workers=1, progress=False)
+    assert sorted(p.name for p in (out / "shards").iterdir()) == [
+        "shard-00000.parquet", "shard-00001.parquet"]  # fmt: skip
+    with pytest.raises(hj.SpecError, match="--resume"):  # no silent overwrite
+        hj.sweep.run(spec, out, workers=1, progress=False)
+    redone = []
+    monkeypatch.setattr(sweep_run, "_write_shard",
+                        lambda path, i, cols: (redone.append(i), real(path, i, cols)))  # fmt: skip
+    again = hj.sweep.run(spec, out, workers=1, resume=True, progress=False)
+    assert _same(again, table)
+    assert sorted(redone) == list(range(2, 6))  # the finished shards were skipped
+    with pytest.raises(hj.SpecError, match="different sweep"):
+        hj.sweep.run(spec, out, workers=1, resume=True, shard_size=3, progress=False)
+
+
+def test_cosearch_marks_the_front_and_the_budget(tmp_path):
+    spec = hj.sweep.parse({
+        "batches": [1], "weights": [[1.0, 0.0, 0.0]], "methods": ["exact"],
+        "models": [{"base": "bert-tiny", "n_layers": [1, 2, 4], "d_model": [128, 256]}],
+        "platforms": ["edge"], "cosearch": {"capacity": "params", "latency_budget_ms": 0.5},
+    })  # fmt: skip
+    hj.sweep.run(spec, tmp_path, workers=1, progress=False)
+    rows = pq.read_table(tmp_path / "cosearch.parquet").to_pylist()
+    assert len(rows) == 6
+    for r in rows:  # on the front iff no other shape is at least as good everywhere
+        key = np.asarray([-r["params"], r["latency_ms"], r["energy_j"], r["memory_bytes"]])
+        beaten = any(
+            np.all(k <= key) and np.any(k < key)
+            for k in (
+                np.asarray([-o["params"], o["latency_ms"], o["energy_j"], o["memory_bytes"]])
+                for o in rows
+            )  # fmt: skip
+        )
+        assert r["on_front"] == (not beaten)
+        assert r["fits_budget"] == (r["latency_ms"] <= 0.5)
+    # deeper and wider means more parameters: the largest shape is on the front
+    assert max(rows, key=lambda r: r["params"])["on_front"]
+
+
+def test_two_ray_workers_give_the_table_of_one_process(small_run, tmp_path):
+    """A local Ray instance with two workers (started and stopped by the call)."""
+    spec, table, _ = small_run
+    ray = hj.sweep.run(spec, tmp_path / "ray", workers=2, progress=False)
+    assert _same(ray, table)
+
+
+def test_a_trained_policy_is_a_method(tmp_path):
+    """methods = ["exact", "policy"]: the policy's greedy plan on each platform, evaluated on
+    the sweep's graph, as `hj.agents.report.policy_plan` gives it."""
+    import json
+
+    from hetjax.agents import ppo, report
+    from hetjax.agents.jobs import load_policy
+    from hetjax.agents.trainer import save_checkpoint
+
+    cfg = ppo.PPOConfig(
+        model="bert-tiny", seq_len=16, num_envs=8, num_updates=0, num_minibatches=2,
+        update_epochs=1, imitation_steps=2, imitation_platforms=4, imitation_batch=16,
+        imitation_teacher="greedy_eft", width=16, heads=2, layers=1,
+    )  # fmt: skip
+    run_dir = tmp_path / "run"  # a run directory with an untrained policy (as a job starts)
+    run_dir.mkdir()
+    (run_dir / "config.json").write_text(json.dumps({"ppo": cfg.to_dict()}))
+    setup = ppo.make_setup(cfg)
+    runner = jax.jit(lambda k: ppo.init_runner(setup, k))(jax.random.key(3))
+    save_checkpoint(run_dir / "checkpoint.msgpack", runner, {})
+    spec = hj.sweep.parse({
+        "batches": list(cfg.batches), "weights": [list(cfg.weights)],
+        "methods": ["exact", "policy"], "policy": {"checkpoint": str(run_dir)},
+        "models": [{"name": "bert-tiny", "seq_len": 16}],
+        "platforms": ["edge", {"sample": "edge", "n": 2}],
+    })  # fmt: skip
+    table = hj.sweep.run(spec, tmp_path / "out", workers=1, progress=False)
+    rows = [r for r in table.to_pylist() if r["method"] == "policy"]
+    assert len(rows) == 3 and all(r["simulations"] == 1 for r in rows)
+    config, params = load_policy(run_dir)
+    setup = ppo.make_setup(config)  # as `hetjax place` builds it
+    plan = report.policy_plan(setup, params, setup.base)
+    g = setup.graph
+    block, real = np.asarray(g.block), np.asarray(g.op_mask)
+    first = [np.flatnonzero(real & (block == j))[0] for j in range(int(g.block_mask.sum()))]
+    assert rows[0]["block_devices"] == "".join(map(str, np.asarray(plan.placement)[first]))
+    assert rows[0]["batch"] == float(plan.batch)
+    assert all(r["gap_pct"] >= 0 for r in rows)
+
+
+def test_a_platform_the_reference_plan_does_not_fit_is_refused_before_any_work(tmp_path):
+    spec = hj.sweep.parse({"methods": ["exact"], "models": ["bert-tiny"], "platforms": ["edge"],
+                           "overrides": [{"field": "mem_capacity", "device": 0,
+                                          "set": [1e12, 1e3]}]})  # fmt: skip
+    with pytest.raises(hj.SpecError, match=r"models\[0\] \(bert-tiny\).*#1.*reference plan"):
+        hj.sweep.run(spec, tmp_path / "out", workers=1, progress=False)
+    assert not (tmp_path / "out").exists()  # nothing written
