@@ -21,11 +21,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import jax
 import numpy as np
 
 from hetjax.cost import evaluate, reference_plan, score
 from hetjax.errors import HetjaxError
-from hetjax.exact._chain import ChainProblem, check_batches, check_weights
+from hetjax.exact._chain import ChainProblem, check_batches, check_chain, check_weights
 from hetjax.exact._search import _links, _simplex
 from hetjax.exact._solvers import _check_b_ref, _plan
 from hetjax.graphs.core import EMBED
@@ -146,6 +147,11 @@ def make_problems(g: dict, plats: dict, devices, batches, refs, weights) -> Prob
     )  # fmt: skip
 
 
+# Points of the grid of device weights (lam) of the dual and chord bounds: any lam gives a
+# valid bound; fewer than `_search`'s 120 cost less per label and prune about as well.
+LAM_POINTS = 24
+
+
 @dataclass(frozen=True)
 class _Bounds:
     """`_search.Bounds` of every problem (leading axis P)."""
@@ -159,13 +165,25 @@ class _Bounds:
 
     def bottleneck(self, p, j: int, res: np.ndarray) -> np.ndarray:
         """`Bounds.bottleneck` of labels of problems p int[L] at block j, [L]."""
+        return np.maximum(self.cheap_bottleneck(p, j, res), self.dual(p, j, res))
+
+    def cheap_bottleneck(self, p, j: int, res: np.ndarray) -> np.ndarray:
+        """The current bottleneck and water-filling: a weaker bound, [L]."""
         d = self.lam.shape[1]
         busy = res[:, :d]
-        dual = np.max(busy @ self.lam.T + self.split[p, j], axis=1)
-        s = np.sort(busy, axis=1)
-        k = np.arange(1, d + 1)
-        fill = np.min((self.work[p, j][:, None] + np.cumsum(s, axis=1)) / k, axis=1)
-        return np.maximum(np.maximum(res.max(1), fill), dual)
+        if d == 2:
+            lo, hi = np.minimum(busy[:, 0], busy[:, 1]), np.maximum(busy[:, 0], busy[:, 1])
+            fill = np.minimum(self.work[p, j] + lo, (self.work[p, j] + lo + hi) / 2)
+        else:
+            s = np.sort(busy, axis=1)
+            k = np.arange(1, d + 1)
+            fill = np.min((self.work[p, j][:, None] + np.cumsum(s, axis=1)) / k, axis=1)
+        return np.maximum(res.max(1), fill)
+
+    def dual(self, p, j: int, res: np.ndarray) -> np.ndarray:
+        """The dual of the fractional assignment of the remaining blocks, [L]."""
+        d = self.lam.shape[1]
+        return np.max(res[:, :d] @ self.lam.T + self.split[p, j], axis=1)
 
 
 def _reverse(cost: np.ndarray, step: np.ndarray) -> np.ndarray:
@@ -201,7 +219,7 @@ def _bounds(pr: Problems) -> _Bounds:
         [np.cumsum(most[:, ::-1], axis=1)[:, ::-1][:, 1:], np.zeros((n_p, 1, most.shape[2]))],
         axis=1,
     )
-    lam = _simplex(d)
+    lam = _simplex(d, LAM_POINTS)
     dur = np.where(legal, pr.dur, 0.0)
     weighted = np.where(legal[:, :, None, :], dur[:, :, None, :] * lam[None, None], np.inf)
     per_block = np.min(weighted, axis=3)  # [P, M, G]
@@ -287,13 +305,13 @@ class _Chord:
     c: np.ndarray  # f64[Q]  1/s
     g: np.ndarray  # f64[Q]  1/J
     lam: np.ndarray  # f64[G, D]
-    h: np.ndarray  # f64[Q, G, M, D]
+    h: np.ndarray  # f64[Q, M, D, G]
 
     def bound(self, p, j: int, last, t, busy, e) -> np.ndarray:
         q = self.rows[p]
         cur = self.a[q, None] * t[:, None] + self.c[q, None] * (busy @ self.lam.T)
         cur = cur + self.g[q, None] * e[:, None]
-        return self.k[q] - np.max(cur + self.h[q, :, j, last], axis=1)
+        return self.k[q] - np.max(cur + self.h[q, j, last], axis=1)
 
 
 def _chord(pr: Problems, bnd: _Bounds, ps: np.ndarray, inc: np.ndarray) -> _Chord:
@@ -342,43 +360,55 @@ def _chord(pr: Problems, bnd: _Bounds, ps: np.ndarray, inc: np.ndarray) -> _Chor
         nxt = cost[:, :, j + 1, :] + h[:, :, j + 1, :]  # [Q, G, D]
         h[:, :, j, :] = np.min(step[:, None, j + 1] + nxt[:, :, None, :], axis=3)
     kk = np.where(ok, k_t + k_b, np.inf)
-    return _Chord(rows=row, k=kk, a=a, c=c, g=g, lam=lam, h=np.where(ok[x4], h, 0.0))
+    h = np.ascontiguousarray(np.where(ok[x4], h, 0.0).transpose(0, 2, 3, 1))  # [Q, M, D, G]
+    return _Chord(rows=row, k=kk, a=a, c=c, g=g, lam=lam, h=h)
 
 
-def _dominated(grp, keys, res, reach, floor, chunk: int = 1 << 22) -> np.ndarray:
+def _dominated(grp, keys, res, reach, floor, cells: int = 1 << 22) -> np.ndarray:
     """`_search._dominated` over many groups at once. Labels are sorted by (group, keys):
     grp int[L], keys f64[L, C] (energy, memory: latency is the sort key), res f64[L, R],
     reach f64[L, R] (res plus the most the remaining blocks can add), floor f64[L]. Label i is
     dominated when an earlier label j of its group has keys[j] <= keys[i] and, for every
-    resource r, res[j, r] <= res[i, r] or reach[j, r] <= floor[i]."""
+    resource r, res[j, r] <= res[i, r] or reach[j, r] <= floor[i].
+
+    Groups of similar sizes are compared together as dense [groups, n, n] tables (n: their
+    size rounded up to a step of about sqrt(2)); padding rows never dominate."""
     n = grp.size
     out = np.zeros(n, bool)
     if n < 2:
         return out
-    idx = np.arange(n)
     new = np.ones(n, bool)
     new[1:] = grp[1:] != grp[:-1]
-    start = np.maximum.accumulate(np.where(new, idx, 0))
-    pos = idx - start  # earlier labels in the group
-    ends = np.cumsum(pos)
-    lo = 0
-    while lo < n:  # labels [lo, hi) with at most `chunk` pairs
-        hi = int(np.searchsorted(ends, (ends[lo - 1] if lo else 0) + chunk, side="right"))
-        hi = max(hi, lo + 1)
-        cnt = pos[lo:hi]
-        total = int(cnt.sum())
-        if total:
-            i = np.repeat(idx[lo:hi], cnt)
-            off = np.cumsum(cnt) - cnt
-            j = np.repeat(start[lo:hi], cnt) + (np.arange(total) - np.repeat(off, cnt))
-            dom = np.ones(total, bool)
-            for c in range(keys.shape[1]):
-                dom &= keys[j, c] <= keys[i, c]
-            fi = floor[i]
-            for r in range(res.shape[1]):
-                dom &= (res[j, r] <= res[i, r]) | (reach[j, r] <= fi)
-            out[lo:hi] = np.bincount(i[dom] - lo, minlength=hi - lo) > 0
-        lo = hi
+    starts = np.flatnonzero(new)
+    sizes = np.diff(np.append(starts, n))
+    # one table, a padding row at the end: +inf keys and resources never dominate
+    x = np.concatenate([keys, res], axis=1)
+    x = np.concatenate([x, np.full((1, x.shape[1]), np.inf)])
+    reach = np.concatenate([reach, np.full((1, reach.shape[1]), np.inf)])
+    floor = np.append(floor, -np.inf)
+    n_k = keys.shape[1]
+    steps = np.unique(np.ceil(np.sqrt(2.0) ** np.arange(2, 64)).astype(np.int64))
+    width = steps[np.searchsorted(steps, np.maximum(sizes, 2))]
+    for w in np.unique(width):
+        gs = np.flatnonzero(width == w)
+        gs = gs[sizes[gs] > 1]
+        per = max(1, cells // int(w * w))
+        for lo in range(0, gs.size, per):
+            g = gs[lo : lo + per]
+            ar = np.arange(w)
+            rows = starts[g][:, None] + ar[None, :]
+            rows = np.where(ar[None, :] < sizes[g][:, None], rows, n)  # [G, w]
+            dom = np.broadcast_to(ar[None, :] < ar[:, None], (g.size, w, w)).copy()  # j < i
+            for c in range(x.shape[1]):
+                v = x[rows, c]
+                le = v[:, None, :] <= v[:, :, None]  # [G, i, j]: x[j] <= x[i]
+                if c >= n_k:
+                    r = c - n_k
+                    le |= reach[rows, r][:, None, :] <= floor[rows][:, :, None]
+                dom &= le
+            hit = dom.any(axis=2)
+            ok = rows < n
+            out[rows[ok]] = hit[ok]
     return out
 
 
@@ -428,14 +458,18 @@ def _search_round(pr: Problems, bnd: _Bounds, ps: np.ndarray, inc: np.ndarray):
             np.concatenate(z) for z in zip(*parts, strict=True)
         )
 
-        # Bound against the incumbent.
+        # Bound against the incumbent: the cheap bounds first, the others on what is left
+        # (the same labels go as with every bound on every label).
         t_lb = t + bnd.t[prob, j, last]
         e_lb = e + bnd.e[prob, j, last]
-        b_lb = bnd.bottleneck(prob, j, res)
-        ub = pr.score_bound(prob, t_lb, b_lb, e_lb)
-        ub = np.minimum(ub, lin.bound(prob, j, last, t, res[:, :d], e))
-        keep = (ub >= inc_of[prob]) & np.isfinite(t_lb)
-        idx = np.flatnonzero(keep)
+        b_lb = bnd.cheap_bottleneck(prob, j, res)
+        inc_l = inc_of[prob]
+        idx = np.flatnonzero((pr.score_bound(prob, t_lb, b_lb, e_lb) >= inc_l) & np.isfinite(t_lb))
+        pi = prob[idx]
+        b_lb[idx] = np.maximum(b_lb[idx], bnd.dual(pi, j, res[idx]))
+        idx = idx[pr.score_bound(pi, t_lb[idx], b_lb[idx], e_lb[idx]) >= inc_l[idx]]
+        ub = lin.bound(prob[idx], j, last[idx], t[idx], res[idx, :d], e[idx])
+        idx = idx[ub >= inc_l[idx]]
 
         # Dominance among labels of the same problem with the same last device.
         grp = prob[idx] * d + last[idx]
@@ -544,26 +578,53 @@ def search_many(pr: Problems, n_b: int):
 CHUNK = 128  # platforms searched together (memory: the bounds hold ~P * M * 120 floats)
 
 
+def _prepare(graph, items, weights, b_ref):
+    """The checks and reference plans of `ChainProblem.create`, for many platforms: the graph
+    is checked once (`check_chain` with the first platform), each platform by `evaluate` (which
+    validates it) and by the chain condition on power. Returns ([(index, platform, problem)],
+    the items that failed a check, for `optimal_score` to raise their error)."""
+    if not items:
+        return [], []
+    check_chain(graph, items[0][1])
+    jgraph = jax.device_put(graph)  # jax arrays: `evaluate` validates it once
+    ready, failed = [], []
+    for i, platform in items:
+        jp = jax.device_put(platform)
+        try:
+            ref = evaluate(jgraph, jp, reference_plan(jgraph, b_ref))
+        except HetjaxError:
+            failed.append((i, platform))
+            continue
+        dev = np.flatnonzero(np.asarray(platform.device_mask))
+        if platform.batch_shape or not bool(ref.feasible):
+            failed.append((i, platform))
+            continue
+        if np.any(np.asarray(platform.p_busy)[dev] < np.asarray(platform.p_idle)[dev]):
+            failed.append((i, platform))
+            continue
+        problem = ChainProblem(
+            graph=jgraph, platform=jp, devices=dev,
+            n_blocks=int(np.asarray(graph.block_mask).sum()), t_ref=float(ref.latency),
+            x_ref=float(ref.throughput), e_ref=float(ref.energy), weights=weights, b_ref=b_ref,
+        )  # fmt: skip
+        ready.append((i, platform, problem, ref))
+    return ready, failed
+
+
 def solve_many(graph, items, batches, weights, b_ref):
     """Exact score optima of platforms `items` [(index, host platform)]: the fast path of
-    `optimal_scores`. Returns (results [(index, placement int32[N], batch, score)], the items
-    it leaves to `optimal_score`: those whose checks fail (it raises their error, with its
-    message) and those with a tie in float64 between two plans)."""
+    `optimal_scores`, with the results of `optimal_score` (the same plans and scores, bit for
+    bit). Returns (results [(index, placement int32[N], batch, score)], the items it leaves to
+    `optimal_score`: those that fail a check (it raises their error) or have no feasible
+    plan)."""
     batches = check_batches(batches)
     weights = check_weights(weights)
     uniq = tuple(dict.fromkeys(batches))
-    later, ready = [], []
     try:
-        _check_b_ref("optimal_score", b_ref)
+        b_ref = _check_b_ref("optimal_score", b_ref)
+        ready, later = _prepare(graph, list(items), weights, b_ref)
     except HetjaxError:
         return [], list(items)
-    for i, platform in items:
-        try:
-            problem = ChainProblem.create(graph, platform, weights, b_ref)
-        except HetjaxError:
-            later.append((i, platform))
-            continue
-        ready.append((i, platform, problem))
     groups: dict[tuple, list] = {}
     for r in ready:
         groups.setdefault(tuple(r[2].devices.tolist()), []).append(r)
@@ -579,13 +640,13 @@ def solve_many(graph, items, batches, weights, b_ref):
             refs = [(r[2].t_ref, r[2].x_ref, r[2].e_ref) for r in part]
             pr = make_problems(g_host, plats, devices, uniq, refs, weights)
             _, bp, b_idx = search_many(pr, len(uniq))
-            for n, (i, platform, problem) in enumerate(part):
+            for n, (i, platform, problem, ref) in enumerate(part):
                 if b_idx[n] < 0:
                     later.append((i, platform))
                     continue
                 plan = _plan(problem, bp[n], uniq[b_idx[n]])
-                ref = evaluate(graph, platform, reference_plan(graph, problem.b_ref))
-                value = float(score(evaluate(graph, platform, plan), ref, problem.weights))
+                m = evaluate(problem.graph, problem.platform, plan)
+                value = float(score(m, ref, problem.weights))
                 out.append((i, np.asarray(plan.placement), float(plan.batch), value))
     return out, later
 
