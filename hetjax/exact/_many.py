@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from hetjax.cost import evaluate, reference_plan, score
@@ -30,6 +31,8 @@ from hetjax.exact._chain import ChainProblem, check_batches, check_chain, check_
 from hetjax.exact._search import _links, _simplex
 from hetjax.exact._solvers import _check_b_ref, _plan
 from hetjax.graphs.core import EMBED
+from hetjax.hardware.core import stack as stack_platforms
+from hetjax.hardware.core import validate as validate_platform
 
 __all__ = ["Problems", "make_problems", "search_many", "solve_many"]
 
@@ -578,34 +581,58 @@ def search_many(pr: Problems, n_b: int):
 CHUNK = 128  # platforms searched together (memory: the bounds hold ~P * M * 120 floats)
 
 
+# `evaluate` of one plan on one platform, compiled once: the same metrics, bit for bit, as the
+# eager call (which `optimal_score` makes) without its per-call host work; inputs are checked
+# before (`_prepare`).
+_evaluate = jax.jit(evaluate)
+
+
+def _check_platforms(items) -> list[bool]:
+    """`hj.hardware.validate` of each platform (False where it raises), one call for all."""
+    try:
+        validate_platform(stack_platforms([p for _, p in items]))
+        return [True] * len(items)
+    except HetjaxError:
+        pass
+    ok = []
+    for _, p in items:
+        try:
+            validate_platform(p)
+            ok.append(True)
+        except HetjaxError:
+            ok.append(False)
+    return ok
+
+
 def _prepare(graph, items, weights, b_ref):
     """The checks and reference plans of `ChainProblem.create`, for many platforms: the graph
-    is checked once (`check_chain` with the first platform), each platform by `evaluate` (which
-    validates it) and by the chain condition on power. Returns ([(index, platform, problem)],
-    the items that failed a check, for `optimal_score` to raise their error)."""
+    is checked once (`check_chain` with the first platform), the platforms by
+    `hj.hardware.validate` and the chain condition on power. Returns ([(index, platform,
+    problem, reference metrics)], the items that failed a check, for `optimal_score` to raise
+    their error)."""
     if not items:
         return [], []
     check_chain(graph, items[0][1])
-    jgraph = jax.device_put(graph)  # jax arrays: `evaluate` validates it once
     ready, failed = [], []
-    for i, platform in items:
-        jp = jax.device_put(platform)
-        try:
-            ref = evaluate(jgraph, jp, reference_plan(jgraph, b_ref))
-        except HetjaxError:
-            failed.append((i, platform))
-            continue
+    valid = _check_platforms(items)
+    ref_plan = reference_plan(graph, b_ref)
+    n_blocks = int(np.asarray(graph.block_mask).sum())
+    for (i, platform), ok in zip(items, valid, strict=True):
         dev = np.flatnonzero(np.asarray(platform.device_mask))
-        if platform.batch_shape or not bool(ref.feasible):
+        if not ok or platform.batch_shape:
             failed.append((i, platform))
             continue
         if np.any(np.asarray(platform.p_busy)[dev] < np.asarray(platform.p_idle)[dev]):
             failed.append((i, platform))
             continue
+        ref = _evaluate(graph, platform, ref_plan)
+        if not bool(ref.feasible):
+            failed.append((i, platform))
+            continue
         problem = ChainProblem(
-            graph=jgraph, platform=jp, devices=dev,
-            n_blocks=int(np.asarray(graph.block_mask).sum()), t_ref=float(ref.latency),
-            x_ref=float(ref.throughput), e_ref=float(ref.energy), weights=weights, b_ref=b_ref,
+            graph=graph, platform=platform, devices=dev, n_blocks=n_blocks,
+            t_ref=float(ref.latency), x_ref=float(ref.throughput), e_ref=float(ref.energy),
+            weights=weights, b_ref=b_ref,
         )  # fmt: skip
         ready.append((i, platform, problem, ref))
     return ready, failed
@@ -629,7 +656,7 @@ def solve_many(graph, items, batches, weights, b_ref):
     for r in ready:
         groups.setdefault(tuple(r[2].devices.tolist()), []).append(r)
     g_host = {f: np.asarray(getattr(graph, f)) for f in graph.__dataclass_fields__}
-    out = []
+    done = []
     for devices, rows in groups.items():
         for lo in range(0, len(rows), CHUNK):
             part = rows[lo : lo + CHUNK]
@@ -645,9 +672,16 @@ def solve_many(graph, items, batches, weights, b_ref):
                     later.append((i, platform))
                     continue
                 plan = _plan(problem, bp[n], uniq[b_idx[n]])
-                m = evaluate(problem.graph, problem.platform, plan)
-                value = float(score(m, ref, problem.weights))
-                out.append((i, np.asarray(plan.placement), float(plan.batch), value))
+                done.append((i, plan, _evaluate(graph, platform, plan), ref))
+    if not done:
+        return [], later
+    # `hj.score` elementwise, once for all (the same float operations as one by one)
+    stack = lambda ms: jax.tree.map(lambda *xs: jnp.stack(xs), *ms)  # noqa: E731
+    values = np.asarray(score(stack([d[2] for d in done]), stack([d[3] for d in done]), weights))
+    out = [
+        (i, np.asarray(plan.placement), float(plan.batch), float(v))
+        for (i, plan, _, _), v in zip(done, values, strict=True)
+    ]
     return out, later
 
 
