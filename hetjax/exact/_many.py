@@ -31,7 +31,6 @@ from hetjax.exact._chain import ChainProblem, check_batches, check_chain, check_
 from hetjax.exact._search import _links, _simplex
 from hetjax.exact._solvers import _check_b_ref, _plan
 from hetjax.graphs.core import EMBED
-from hetjax.hardware.core import stack as stack_platforms
 from hetjax.hardware.core import validate as validate_platform
 
 __all__ = ["Problems", "make_problems", "search_many", "solve_many"]
@@ -130,7 +129,9 @@ def make_problems(g: dict, plats: dict, devices, batches, refs, weights) -> Prob
     xfer[:, 0] = 0.0
     p_busy, p_idle = p["p_busy"][:, dev], p["p_idle"][:, dev]
     idle_all = p_idle.sum(1)
-    e_dur = np.where(legal, (idle_all[:, None, None] + p_busy[:, None] - p_idle[:, None]) * dur, np.inf)
+    e_dur = np.where(
+        legal, (idle_all[:, None, None] + p_busy[:, None] - p_idle[:, None]) * dur, np.inf
+    )
     dur = np.where(legal, dur, np.inf)
     e_xfer = idle_all[:, None, None, None] * xfer + np.where(
         off, le[:, None] * sent[:, :, None, None], 0.0
@@ -285,9 +286,9 @@ def chain_eval(pr: Problems, p: np.ndarray, bp: np.ndarray):
     busy = np.bincount((plan * d + bp).ravel(), dur.ravel(), q * d).reshape(q, d)
     link = np.bincount((plan * d * d + prev * d + bp).ravel(), x.ravel(), q * d * d)
     latency = dur.sum(1) + x.sum(1)
-    energy = np.where(legal, pr.e_dur[pp, rows, bp], 0.0).sum(1) + pr.e_xfer[pp, rows, prev, bp].sum(
-        1
-    )
+    energy = np.where(legal, pr.e_dur[pp, rows, bp], 0.0).sum(1) + pr.e_xfer[
+        pp, rows, prev, bp
+    ].sum(1)
     feasible = legal.all(1)
     for dev in range(d):
         on = bp == dev
@@ -384,6 +385,10 @@ def _dominated(grp, keys, res, reach, floor, cells: int = 1 << 22) -> np.ndarray
     new[1:] = grp[1:] != grp[:-1]
     starts = np.flatnonzero(new)
     sizes = np.diff(np.append(starts, n))
+    # columns equal across all labels decide nothing
+    kc = np.ptp(keys, axis=0) > 0
+    rc = np.ptp(res, axis=0) > 0
+    keys, res, reach = keys[:, kc], res[:, rc], reach[:, rc]
     # one table, a padding row at the end: +inf keys and resources never dominate
     x = np.concatenate([keys, res], axis=1)
     x = np.concatenate([x, np.full((1, x.shape[1]), np.inf)])
@@ -455,7 +460,16 @@ def _search_round(pr: Problems, bnd: _Bounds, ps: np.ndarray, inc: np.ndarray):
             tn = t + pr.dur[prob, j, dev] + x
             en = e + pr.e_dur[prob, j, dev] + pr.e_xfer[prob, j, prev, dev]
             parts.append(
-                (prob[ok], np.full(int(ok.sum()), dev), rows[ok], r[ok], tn[ok], en[ok], mp[ok], ma[ok])
+                (
+                    prob[ok],
+                    np.full(int(ok.sum()), dev),
+                    rows[ok],
+                    r[ok],
+                    tn[ok],
+                    en[ok],
+                    mp[ok],
+                    ma[ok],
+                )
             )
         prob, last, parent, res, t, e, mem_p, mem_a = (
             np.concatenate(z) for z in zip(*parts, strict=True)
@@ -590,7 +604,11 @@ _evaluate = jax.jit(evaluate)
 def _check_platforms(items) -> list[bool]:
     """`hj.hardware.validate` of each platform (False where it raises), one call for all."""
     try:
-        validate_platform(stack_platforms([p for _, p in items]))
+        plats = [p for _, p in items]
+        fields = plats[0].__dataclass_fields__
+        validate_platform(
+            type(plats[0])(**{f: np.stack([getattr(p, f) for p in plats]) for f in fields})
+        )
         return [True] * len(items)
     except HetjaxError:
         pass
@@ -675,9 +693,19 @@ def solve_many(graph, items, batches, weights, b_ref):
                 done.append((i, plan, _evaluate(graph, platform, plan), ref))
     if not done:
         return [], later
-    # `hj.score` elementwise, once for all (the same float operations as one by one)
-    stack = lambda ms: jax.tree.map(lambda *xs: jnp.stack(xs), *ms)  # noqa: E731
+    # `hj.score` elementwise, once for all (the same float operations as one by one), on
+    # arrays padded to a power of two (few shapes to compile)
+    size = 1 << max(3, (len(done) - 1).bit_length())
+
+    def stack(ms):
+        def one(*xs):
+            x = np.stack([np.asarray(v) for v in xs])
+            return jnp.asarray(np.concatenate([x, np.repeat(x[:1], size - len(xs), axis=0)]))
+
+        return jax.tree.map(one, *ms)
+
     values = np.asarray(score(stack([d[2] for d in done]), stack([d[3] for d in done]), weights))
+    values = values[: len(done)]
     out = [
         (i, np.asarray(plan.placement), float(plan.batch), float(v))
         for (i, plan, _, _), v in zip(done, values, strict=True)
@@ -706,12 +734,17 @@ def improve(pr: Problems, ps: np.ndarray, bp: np.ndarray, rounds: int = 50, chun
     for _ in range(rounds):
         if live.size == 0:
             break
-        cand = np.where(runs[None, None], np.arange(d)[None, :, None, None], best[live][:, None, None, :])
+        cand = np.where(
+            runs[None, None], np.arange(d)[None, :, None, None], best[live][:, None, None, :]
+        )
         cand = cand.reshape(live.size * n_c, m)
         cp = np.repeat(ps[live], n_c)
         step = max(1, chunk // n_c) * n_c
         s = np.concatenate(
-            [_scores(pr, cp[lo : lo + step], cand[lo : lo + step]) for lo in range(0, cand.shape[0], step)]
+            [
+                _scores(pr, cp[lo : lo + step], cand[lo : lo + step])
+                for lo in range(0, cand.shape[0], step)
+            ]
         ).reshape(live.size, n_c)
         k = np.argmax(s, axis=1)
         sk = s[np.arange(live.size), k]
