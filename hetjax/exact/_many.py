@@ -718,10 +718,112 @@ def _scores(pr: Problems, p: np.ndarray, bp: np.ndarray) -> np.ndarray:
     return np.where(ok, pr.score_of(p, t, bott, e), -np.inf)
 
 
-def improve(pr: Problems, ps: np.ndarray, bp: np.ndarray, rounds: int = 50, chunk: int = 1 << 16):
-    """`_search.improve` of problems ps int[Q] from block placements bp int[Q, M], all at once:
-    the same candidates, scored with the same float64 operations (row by row), so the same
-    moves and results. Returns (block placements int[Q, M], scores f64[Q])."""
+def _approx_scores(pr: Problems, ps, best, ra, rb) -> np.ndarray:
+    """Scores f64[Q, D * R] of the moves of `improve` (blocks [ra, rb) of best int[Q, M] to
+    device v, v-major), from prefix sums over the current plans: the chain model's numbers up
+    to float64 rounding (sums in another order), never -inf for a feasible move (memory gets a
+    relative margin of 1e-9)."""
+    q, m = best.shape
+    d = pr.d
+    rows = np.arange(m)[None, :]
+    pp = np.arange(q)[:, None]  # rows of the per-problem tables below
+    prev = np.concatenate([best[:, :1], best[:, :-1]], axis=1)
+    leg = pr.legal[ps]  # [Q, M, D]
+    dur0 = np.where(leg, pr.dur[ps], 0.0)
+    edur0 = np.where(leg, pr.e_dur[ps], 0.0)
+    xf, exf = pr.xfer[ps], pr.e_xfer[ps]
+
+    def pre(x):  # prefix sums along the blocks, f64[Q, M + 1, ...]
+        z = np.zeros((x.shape[0], 1) + x.shape[2:])
+        return np.concatenate([z, np.cumsum(x, axis=1)], axis=1)
+
+    cur_d = dur0[pp, rows, best]  # [Q, M]
+    cur_x = xf[pp, rows, prev, best]
+    cur_e = edur0[pp, rows, best] + exf[pp, rows, prev, best]
+    on = best[:, :, None] == np.arange(d)  # [Q, M, D]
+    hop = prev * d + best  # [Q, M] link of the transfer into block j
+    p_d, p_x, p_e = pre(cur_d), pre(cur_x), pre(cur_e)
+    p_dv, p_ev = pre(dur0), pre(edur0)  # [Q, M+1, D]
+    p_busy = pre(np.where(on, cur_d[:, :, None], 0.0))  # [Q, M+1, D]
+    links = hop[:, :, None] == np.arange(d * d)
+    p_link = pre(np.where(links, cur_x[:, :, None], 0.0))  # [Q, M+1, D*D]
+    p_bad = pre((~leg).astype(np.float64))
+
+    n_r = ra.size
+    v = np.repeat(np.arange(d), n_r)  # [C]
+    a, b = np.tile(ra, d), np.tile(rb, d)
+    qi = np.arange(q)[:, None]
+    b_in = np.minimum(b, m - 1)  # transfers into blocks a+1..b (b < m) change; into a too
+    has_b = b < m
+    bp_before = np.where(a > 0, best[:, np.maximum(a - 1, 0)], 0)  # [Q, C]
+    bp_after = np.where(has_b, best[:, b_in], 0)
+    # latency and energy
+    x_rm = p_x[:, b_in + 1] * has_b + p_x[:, b] * ~has_b - p_x[:, a]  # transfers into a..b
+    e_rm = p_e[:, b] - p_e[:, a] + np.where(has_b, exf[pp, b_in, prev[:, b_in], best[:, b_in]], 0.0)
+    x_a = np.where(a > 0, xf[pp, a, bp_before, v], 0.0)
+    ex_a = np.where(a > 0, exf[pp, a, bp_before, v], 0.0)
+    x_b = np.where(has_b, xf[pp, b_in, v, bp_after], 0.0)
+    ex_b = np.where(has_b, exf[pp, b_in, v, bp_after], 0.0)
+    run_d = p_dv[qi, b, v] - p_dv[qi, a, v]
+    run_e = p_ev[qi, b, v] - p_ev[qi, a, v]
+    t = p_d[:, m:] - (p_d[:, b] - p_d[:, a]) + run_d + p_x[:, m:] - x_rm + x_a + x_b
+    e_cur_total = p_e[:, m:]
+    e = e_cur_total - e_rm + run_e + ex_a + ex_b
+    # busy of each device
+    busy = p_busy[:, m][:, None, :] - (p_busy[:, b] - p_busy[:, a])  # [Q, C, D]
+    busy[qi, np.arange(v.size)[None, :], v[None, :]] += run_d
+    bott = busy.max(2)
+    # links: the current ones without the transfers into a..b, plus the two new ones
+    hb = has_b[None, :, None]
+    lk = p_link[:, m][:, None, :] - (p_link[:, b_in + 1] * hb + p_link[:, b] * ~hb - p_link[:, a])
+    cidx = np.arange(v.size)[None, :]
+    lk[qi, cidx, bp_before * d + v] += x_a  # x_a = 0 where a == 0 or on the same device
+    lk[qi, cidx, v * d + bp_after] += x_b
+    diag = np.arange(d) * (d + 1)
+    lk[:, :, diag] = 0.0
+    bott = np.maximum(bott, lk.max(2))
+    cur_bad = ~leg[pp, rows, best]  # [Q, M]
+    p_cb = pre(cur_bad.astype(np.float64))
+    bad = p_cb[:, m:] - (p_cb[:, b] - p_cb[:, a]) + p_bad[qi, b, v] - p_bad[qi, a, v]
+    ok = bad == 0
+    # memory on the devices where it binds (a relative margin: this only shortlists)
+    act, par = pr.act, pr.params
+    par_pre = np.concatenate([[0.0], np.cumsum(par)])
+    run_act = _range_max(act)[a, b]  # [C]
+    for u in range(d):
+        bind = pr.binding[ps, u]
+        if not bind.any():
+            continue
+        on_u = on[:, :, u]
+        cp = pre(np.where(on_u, par[None, :], 0.0))  # [Q, M+1]
+        params_u = cp[:, m:] - (cp[:, b] - cp[:, a]) + (v == u) * (par_pre[b] - par_pre[a])
+        a_u = np.where(on_u, act[None, :], 0.0)
+        zero = np.zeros((q, 1))
+        pref = np.concatenate([zero, np.maximum.accumulate(a_u, axis=1)], axis=1)
+        suf = np.concatenate([np.maximum.accumulate(a_u[:, ::-1], axis=1)[:, ::-1], zero], 1)
+        peak = np.maximum(np.maximum(pref[:, a], suf[:, b]), np.where(v == u, run_act, 0.0))
+        mem = params_u + pr.batch[ps][:, None] * peak
+        ok &= ~bind[:, None] | (mem <= pr.capacity[ps, u][:, None] * (1 + 1e-9))
+    p_c = np.repeat(ps, v.size)
+    sc = pr.score_of(p_c, t.ravel(), bott.ravel(), e.ravel()).reshape(q, v.size)
+    return np.where(ok, sc, -np.inf)
+
+
+def _range_max(x) -> np.ndarray:
+    """max(x[a:b]) of every a < b, f64[M + 1, M + 1] (0 elsewhere)."""
+    m = x.size
+    out = np.zeros((m + 1, m + 1))
+    for a in range(m):
+        out[a, a + 1 :] = np.maximum.accumulate(x[a:])
+    return out
+
+
+def improve(pr: Problems, ps: np.ndarray, bp: np.ndarray, rounds: int = 50):
+    """`_search.improve` of problems ps int[Q] from block placements bp int[Q, M], all at once,
+    with the same moves and results: each round scores every move from prefix sums
+    (`_approx_scores`), then the moves within a relative 1e-9 of the best of them with the
+    float64 operations of `_search.improve` (row by row); the first best of those is the move.
+    Returns (block placements int[Q, M], scores f64[Q])."""
     m, d = pr.m, pr.d
     a, b = np.triu_indices(m + 1, 1)
     longest = m if m * (m + 1) // 2 <= 2000 else max(1, 2000 // m)
@@ -730,26 +832,32 @@ def improve(pr: Problems, ps: np.ndarray, bp: np.ndarray, rounds: int = 50, chun
     best = np.asarray(bp, np.int64).copy()
     best_s = _scores(pr, ps, best)
     n_c = d * runs.shape[0]
+    v = np.repeat(np.arange(d), runs.shape[0])
+    run_of = np.tile(np.arange(runs.shape[0]), d)
     live = np.arange(ps.size)
     for _ in range(rounds):
         if live.size == 0:
             break
-        cand = np.where(
-            runs[None, None], np.arange(d)[None, :, None, None], best[live][:, None, None, :]
-        )
-        cand = cand.reshape(live.size * n_c, m)
-        cp = np.repeat(ps[live], n_c)
-        step = max(1, chunk // n_c) * n_c
-        s = np.concatenate(
-            [
-                _scores(pr, cp[lo : lo + step], cand[lo : lo + step])
-                for lo in range(0, cand.shape[0], step)
-            ]
-        ).reshape(live.size, n_c)
+        approx = _approx_scores(pr, ps[live], best[live], a, b)  # [Q, C]
+        top = approx.max(1, keepdims=True)
+        tol = 1e-9 * np.maximum(1.0, np.where(np.isfinite(top), np.abs(top), 1.0))
+        thr = top - tol
+        s = np.full((live.size, n_c), -np.inf)
+        done = ~np.isfinite(approx)
+        while True:  # until every move within tol of the best exact score has been scored
+            need = ~done & (approx >= thr)
+            if not need.any():
+                break
+            qi, ci = np.nonzero(need)
+            cand = np.where(runs[run_of[ci]], v[ci][:, None], best[live][qi])
+            s[qi, ci] = _scores(pr, ps[live][qi], cand)
+            done |= need
+            thr = np.minimum(thr, s.max(1, keepdims=True) - tol)
         k = np.argmax(s, axis=1)
         sk = s[np.arange(live.size), k]
         up = sk > best_s[live]
-        best[live[up]] = cand.reshape(live.size, n_c, m)[np.flatnonzero(up), k[up]]
+        new = np.where(runs[run_of[k[up]]], v[k[up]][:, None], best[live[up]])
+        best[live[up]] = new
         best_s[live[up]] = sk[up]
         live = live[up]
     return best, best_s
