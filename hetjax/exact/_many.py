@@ -223,7 +223,7 @@ def _bounds(pr: Problems) -> _Bounds:
         [np.cumsum(most[:, ::-1], axis=1)[:, ::-1][:, 1:], np.zeros((n_p, 1, most.shape[2]))],
         axis=1,
     )
-    lam = _simplex(d, LAM_POINTS)
+    lam = _simplex(d, LAM_POINTS if d == 2 else 120)
     dur = np.where(legal, pr.dur, 0.0)
     weighted = np.where(legal[:, :, None, :], dur[:, :, None, :] * lam[None, None], np.inf)
     per_block = np.min(weighted, axis=3)  # [P, M, G]
@@ -368,15 +368,28 @@ def _chord(pr: Problems, bnd: _Bounds, ps: np.ndarray, inc: np.ndarray) -> _Chor
     return _Chord(rows=row, k=kk, a=a, c=c, g=g, lam=lam, h=h)
 
 
-def _dominated(grp, keys, res, reach, floor, cells: int = 1 << 22) -> np.ndarray:
+def _dominates(xi, xj, reach_j, floor_i, n_k: int) -> np.ndarray:
+    """[..., I, J]: label j dominates label i (keys and resources in x, see `_dominated`)."""
+    dom = None
+    for c in range(xi.shape[-1]):
+        le = xj[..., None, :, c] <= xi[..., :, None, c]
+        if c >= n_k:
+            le |= reach_j[..., None, :, c - n_k] <= floor_i[..., :, None]
+        dom = le if dom is None else np.logical_and(dom, le, out=dom)
+    return dom
+
+
+def _dominated(grp, keys, res, reach, floor, cells: int = 1 << 22, chunk: int = 256):
     """`_search._dominated` over many groups at once. Labels are sorted by (group, keys):
     grp int[L], keys f64[L, C] (energy, memory: latency is the sort key), res f64[L, R],
     reach f64[L, R] (res plus the most the remaining blocks can add), floor f64[L]. Label i is
     dominated when an earlier label j of its group has keys[j] <= keys[i] and, for every
     resource r, res[j, r] <= res[i, r] or reach[j, r] <= floor[i].
 
-    Groups of similar sizes are compared together as dense [groups, n, n] tables (n: their
-    size rounded up to a step of about sqrt(2)); padding rows never dominate."""
+    As there, labels are compared with the kept labels of earlier chunks of `chunk` labels of
+    their group and every earlier label of their own chunk. Groups up to `chunk` labels are
+    compared together as dense [groups, n, n] tables (n: their size rounded up to a step of
+    about sqrt(2); padding rows never dominate), larger ones chunk by chunk."""
     n = grp.size
     out = np.zeros(n, bool)
     if n < 2:
@@ -395,28 +408,32 @@ def _dominated(grp, keys, res, reach, floor, cells: int = 1 << 22) -> np.ndarray
     reach = np.concatenate([reach, np.full((1, reach.shape[1]), np.inf)])
     floor = np.append(floor, -np.inf)
     n_k = keys.shape[1]
-    steps = np.unique(np.ceil(np.sqrt(2.0) ** np.arange(2, 64)).astype(np.int64))
-    width = steps[np.searchsorted(steps, np.maximum(sizes, 2))]
+    steps = np.unique(np.ceil(np.sqrt(2.0) ** np.arange(2, 17)).astype(np.int64))
+    steps = np.append(steps[steps < chunk], chunk)
+    small = (sizes > 1) & (sizes <= chunk)
+    width = steps[np.searchsorted(steps, np.maximum(sizes, 2))[small]]
     for w in np.unique(width):
-        gs = np.flatnonzero(width == w)
-        gs = gs[sizes[gs] > 1]
+        gs = np.flatnonzero(small)[width == w]
         per = max(1, cells // int(w * w))
+        ar = np.arange(w)
         for lo in range(0, gs.size, per):
             g = gs[lo : lo + per]
-            ar = np.arange(w)
             rows = starts[g][:, None] + ar[None, :]
             rows = np.where(ar[None, :] < sizes[g][:, None], rows, n)  # [G, w]
-            dom = np.broadcast_to(ar[None, :] < ar[:, None], (g.size, w, w)).copy()  # j < i
-            for c in range(x.shape[1]):
-                v = x[rows, c]
-                le = v[:, None, :] <= v[:, :, None]  # [G, i, j]: x[j] <= x[i]
-                if c >= n_k:
-                    r = c - n_k
-                    le |= reach[rows, r][:, None, :] <= floor[rows][:, :, None]
-                dom &= le
+            dom = _dominates(x[rows], x[rows], reach[rows], floor[rows], n_k)
+            dom &= ar[None, :] < ar[:, None]  # j < i
             hit = dom.any(axis=2)
             ok = rows < n
             out[rows[ok]] = hit[ok]
+    for g in np.flatnonzero(sizes > chunk):
+        kept = np.zeros(0, np.int64)
+        for lo in range(starts[g], starts[g] + sizes[g], chunk):
+            i = np.arange(lo, min(starts[g] + sizes[g], lo + chunk))
+            j = np.concatenate([kept, i])
+            dom = _dominates(x[i], x[j], reach[j], floor[i], n_k)
+            dom &= i[:, None] > j[None, :]
+            out[i] = dom.any(axis=1)
+            kept = np.concatenate([kept, i[~out[i]]])
     return out
 
 
