@@ -96,7 +96,8 @@ def main(argv=None) -> None:
         presets.append(r)
         table = Table(title=f"exact score optima of {args.n} platforms around {base}, "
                       f"{args.model} (block), uptime load {os.getloadavg()[0]:.1f}")  # fmt: skip
-        for col in ("search", "workers", "wall s", "CPU s (this process)", "platforms/s", "x before"):
+        cols = ("search", "workers", "wall s", "CPU s (this process)", "platforms/s", "x before")
+        for col in cols:
             table.add_column(col, justify="right")
         for row in r["rows"]:
             table.add_row(row["path"], str(row["workers"]), f"{row['wall_s']:.2f}",

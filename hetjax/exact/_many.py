@@ -368,13 +368,11 @@ def _chord(pr: Problems, bnd: _Bounds, ps: np.ndarray, inc: np.ndarray) -> _Chor
     return _Chord(rows=row, k=kk, a=a, c=c, g=g, lam=lam, h=h)
 
 
-def _dominates(xi, xj, reach_j, floor_i, n_k: int) -> np.ndarray:
-    """[..., I, J]: label j dominates label i (keys and resources in x, see `_dominated`)."""
+def _dominates(xi, xj) -> np.ndarray:
+    """[..., I, J]: xj[j] <= xi[i] in every column (label j dominates label i)."""
     dom = None
     for c in range(xi.shape[-1]):
         le = xj[..., None, :, c] <= xi[..., :, None, c]
-        if c >= n_k:
-            le |= reach_j[..., None, :, c - n_k] <= floor_i[..., :, None]
         dom = le if dom is None else np.logical_and(dom, le, out=dom)
     return dom
 
@@ -402,12 +400,14 @@ def _dominated(grp, keys, res, reach, floor, cells: int = 1 << 22, chunk: int = 
     kc = np.ptp(keys, axis=0) > 0
     rc = np.ptp(res, axis=0) > 0
     keys, res, reach = keys[:, kc], res[:, rc], reach[:, rc]
-    # one table, a padding row at the end: +inf keys and resources never dominate
+    # j dominates i when x[j] <= y[i] in every column: resource r passes when res[j, r] <=
+    # max(res[i, r], floor[i] - delta[r]) (delta = reach - res, the same in a group).
+    # A padding row at the end: +inf as j, -inf as i, never dominates nor is dominated.
+    y = np.maximum(res, floor[:, None] - (reach - res))
     x = np.concatenate([keys, res], axis=1)
+    y = np.concatenate([keys, y], axis=1)
     x = np.concatenate([x, np.full((1, x.shape[1]), np.inf)])
-    reach = np.concatenate([reach, np.full((1, reach.shape[1]), np.inf)])
-    floor = np.append(floor, -np.inf)
-    n_k = keys.shape[1]
+    y = np.concatenate([y, np.full((1, y.shape[1]), -np.inf)])
     steps = np.unique(np.ceil(np.sqrt(2.0) ** np.arange(2, 17)).astype(np.int64))
     steps = np.append(steps[steps < chunk], chunk)
     small = (sizes > 1) & (sizes <= chunk)
@@ -420,7 +420,7 @@ def _dominated(grp, keys, res, reach, floor, cells: int = 1 << 22, chunk: int = 
             g = gs[lo : lo + per]
             rows = starts[g][:, None] + ar[None, :]
             rows = np.where(ar[None, :] < sizes[g][:, None], rows, n)  # [G, w]
-            dom = _dominates(x[rows], x[rows], reach[rows], floor[rows], n_k)
+            dom = _dominates(y[rows], x[rows])
             dom &= ar[None, :] < ar[:, None]  # j < i
             hit = dom.any(axis=2)
             ok = rows < n
@@ -430,7 +430,7 @@ def _dominated(grp, keys, res, reach, floor, cells: int = 1 << 22, chunk: int = 
         for lo in range(starts[g], starts[g] + sizes[g], chunk):
             i = np.arange(lo, min(starts[g] + sizes[g], lo + chunk))
             j = np.concatenate([kept, i])
-            dom = _dominates(x[i], x[j], reach[j], floor[i], n_k)
+            dom = _dominates(y[i], x[j])
             dom &= i[:, None] > j[None, :]
             out[i] = dom.any(axis=1)
             kept = np.concatenate([kept, i[~out[i]]])
