@@ -25,11 +25,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hetjax.cost import evaluate, reference_plan, score
+from hetjax.cost import Plan, evaluate, reference_plan, score
 from hetjax.errors import HetjaxError
-from hetjax.exact._chain import ChainProblem, check_batches, check_chain, check_weights
+from hetjax.exact._chain import ChainProblem, check_batches, check_chain, check_weights, expand
 from hetjax.exact._search import _links, _simplex
-from hetjax.exact._solvers import _check_b_ref, _plan
+from hetjax.exact._solvers import _check_b_ref, _ops
 from hetjax.graphs.core import EMBED
 from hetjax.hardware.core import validate as validate_platform
 
@@ -377,12 +377,13 @@ def _dominates(xi, xj) -> np.ndarray:
     return dom
 
 
-def _dominated(grp, keys, res, reach, floor, cells: int = 1 << 22, chunk: int = 256):
+def _dominated(grp, keys, res, delta, floor, cells: int = 1 << 22, chunk: int = 256):
     """`_search._dominated` over many groups at once. Labels are sorted by (group, keys):
     grp int[L], keys f64[L, C] (energy, memory: latency is the sort key), res f64[L, R],
-    reach f64[L, R] (res plus the most the remaining blocks can add), floor f64[L]. Label i is
-    dominated when an earlier label j of its group has keys[j] <= keys[i] and, for every
-    resource r, res[j, r] <= res[i, r] or reach[j, r] <= floor[i].
+    delta f64[L, R] (the most the remaining blocks can add: the same in a group), floor f64[L].
+    Label i is dominated when an earlier label j of its group has keys[j] <= keys[i] and, for
+    every resource r, res[j, r] <= res[i, r] or res[j, r] + delta[r] <= floor[i] (here as
+    res[j, r] <= max(res[i, r], floor[i] - delta[r]): one comparison).
 
     As there, labels are compared with the kept labels of earlier chunks of `chunk` labels of
     their group and every earlier label of their own chunk. Groups up to `chunk` labels are
@@ -399,11 +400,11 @@ def _dominated(grp, keys, res, reach, floor, cells: int = 1 << 22, chunk: int = 
     # columns equal across all labels decide nothing
     kc = np.ptp(keys, axis=0) > 0
     rc = np.ptp(res, axis=0) > 0
-    keys, res, reach = keys[:, kc], res[:, rc], reach[:, rc]
+    keys, res, delta = keys[:, kc], res[:, rc], delta[:, rc]
     # j dominates i when x[j] <= y[i] in every column: resource r passes when res[j, r] <=
-    # max(res[i, r], floor[i] - delta[r]) (delta = reach - res, the same in a group).
+    # max(res[i, r], floor[i] - delta[r]) (delta is the same in a group).
     # A padding row at the end: +inf as j, -inf as i, never dominates nor is dominated.
-    y = np.maximum(res, floor[:, None] - (reach - res))
+    y = np.maximum(res, floor[:, None] - delta)
     x = np.concatenate([keys, res], axis=1)
     y = np.concatenate([keys, y], axis=1)
     x = np.concatenate([x, np.full((1, x.shape[1]), np.inf)])
@@ -456,6 +457,7 @@ def _search_round(pr: Problems, bnd: _Bounds, ps: np.ndarray, inc: np.ndarray):
     mem_p = np.zeros((ps.size, d))
     mem_a = np.zeros((ps.size, d))
     levels = []
+    binds = bool(pr.binding[ps].any())
     for j in range(m):
         n = t.size
         rows = np.arange(n)
@@ -469,11 +471,13 @@ def _search_round(pr: Problems, bnd: _Bounds, ps: np.ndarray, inc: np.ndarray):
             r[:, dev] += pr.dur[prob, j, dev]
             hop = prev != dev
             r[rows[hop], col[prev[hop], dev]] += x[hop]
-            mp, ma = mem_p.copy(), mem_a.copy()
-            bind = pr.binding[prob, dev]
-            mp[bind, dev] += pr.params[j]
-            ma[bind, dev] = np.maximum(ma[bind, dev], pr.act[j])
-            ok &= ~bind | (mp[:, dev] + bmul * ma[:, dev] <= pr.capacity[prob, dev])
+            mp, ma = mem_p, mem_a
+            if binds:  # memory may bind in some problem
+                mp, ma = mem_p.copy(), mem_a.copy()
+                bind = pr.binding[prob, dev]
+                mp[bind, dev] += pr.params[j]
+                ma[bind, dev] = np.maximum(ma[bind, dev], pr.act[j])
+                ok &= ~bind | (mp[:, dev] + bmul * ma[:, dev] <= pr.capacity[prob, dev])
             tn = t + pr.dur[prob, j, dev] + x
             en = e + pr.e_dur[prob, j, dev] + pr.e_xfer[prob, j, prev, dev]
             parts.append(
@@ -507,11 +511,11 @@ def _search_round(pr: Problems, bnd: _Bounds, ps: np.ndarray, inc: np.ndarray):
 
         # Dominance among labels of the same problem with the same last device.
         grp = prob[idx] * d + last[idx]
-        order = np.lexsort((*mem_a[idx].T[::-1], *mem_p[idx].T[::-1], e[idx], t[idx], grp))
+        mem = (*mem_a[idx].T[::-1], *mem_p[idx].T[::-1]) if binds else ()
+        order = np.lexsort((*mem, e[idx], t[idx], grp))
         idx = idx[order]
-        keys = np.column_stack([e[idx], mem_p[idx], mem_a[idx]])
-        reach = res[idx] + bnd.delta[prob[idx], j]
-        gone = _dominated(grp[order], keys, res[idx], reach, b_lb[idx])
+        keys = np.column_stack([e[idx], mem_p[idx], mem_a[idx]]) if binds else e[idx, None]
+        gone = _dominated(grp[order], keys, res[idx], bnd.delta[prob[idx], j], b_lb[idx])
         sel = idx[~gone]
         prob, last, parent, res, t, e = prob[sel], last[sel], parent[sel], res[sel], t[sel], e[sel]
         mem_p, mem_a = mem_p[sel], mem_a[sel]
@@ -706,28 +710,31 @@ def solve_many(graph, items, batches, weights, b_ref):
                 if b_idx[n] < 0:
                     later.append((i, platform))
                     continue
-                plan = _plan(problem, bp[n], uniq[b_idx[n]])
+                # `_solvers._plan`'s placement and batch, as host arrays
+                ops = _ops(problem, expand(problem, bp[n]))
+                plan = Plan(placement=ops, batch=np.float32(uniq[b_idx[n]]))
                 done.append((i, plan, _evaluate(graph, platform, plan), ref))
-    if not done:
-        return [], later
-    # `hj.score` elementwise, once for all (the same float operations as one by one), on
-    # arrays padded to a power of two (few shapes to compile)
-    size = 1 << max(3, (len(done) - 1).bit_length())
-
-    def stack(ms):
-        def one(*xs):
-            x = np.stack([np.asarray(v) for v in xs])
-            return jnp.asarray(np.concatenate([x, np.repeat(x[:1], size - len(xs), axis=0)]))
-
-        return jax.tree.map(one, *ms)
-
-    values = np.asarray(score(stack([d[2] for d in done]), stack([d[3] for d in done]), weights))
-    values = values[: len(done)]
-    out = [
-        (i, np.asarray(plan.placement), float(plan.batch), float(v))
-        for (i, plan, _, _), v in zip(done, values, strict=True)
-    ]
+    out = []
+    for lo in range(0, len(done), CHUNK):  # `hj.score` elementwise, CHUNK plans a call
+        part = done[lo : lo + CHUNK]
+        metrics, refs = jax.device_get(([d[2] for d in part], [d[3] for d in part]))
+        values = np.asarray(score(_stack(metrics), _stack(refs), weights))[: len(part)]
+        out += [
+            (i, np.asarray(plan.placement), float(plan.batch), float(v))
+            for (i, plan, _, _), v in zip(part, values, strict=True)
+        ]
     return out, later
+
+
+def _stack(trees):
+    """Host metrics stacked along a new leading axis, padded to CHUNK with the first (one
+    shape for `hj.score`'s eager operations: the same float operations as one by one)."""
+
+    def one(*xs):
+        x = np.stack(xs)
+        return jnp.asarray(np.concatenate([x, np.repeat(x[:1], CHUNK - len(xs), axis=0)]))
+
+    return jax.tree.map(one, *trees)
 
 
 def _scores(pr: Problems, p: np.ndarray, bp: np.ndarray) -> np.ndarray:
