@@ -1,17 +1,26 @@
-"""Exact score optima of many sampled platforms: one process vs worker processes.
+"""Exact score optima of many sampled platforms: the search before and after vectorisation.
 
-    .venv/bin/python benchmarks/bench_exact_many.py [--model bert-base] [--platform edge] [-n 256]
+    .venv/bin/python benchmarks/bench_exact_many.py [--model bert-base] [--platforms edge host3]
+        [-n 256] [--workers 2]
 
-`hj.exact.optimal_scores` on n platforms sampled around the preset (spread 2, as the training
-job's teacher, validation and held-out sets), with `workers=1` (the search in this process)
-and with one worker per available CPU, in the same run; wall seconds include the workers'
-start-up (import, compile). Checks that both give the same scores and plans. Writes
+`hj.exact.optimal_scores` on n platforms sampled around each preset (spread 2, as the training
+job's teacher, validation and held-out sets), in the same run:
+
+- before: the one-platform search (`optimal_score` per platform, the code path of
+  `optimal_scores` before the vectorised search; `_solve_all(..., fast=False)`) in this process;
+- after: `optimal_scores(workers=1)` (the vectorised search in this process) and
+  `optimal_scores(workers=W)` (W worker processes; wall seconds include their start-up:
+  import, compile).
+
+Checks that every run gives the same scores, plans and batches, bit for bit. Records the load
+average (other processes share the CPUs) and this process's CPU seconds. Writes
 benchmarks/results/exact_many.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -25,48 +34,87 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine, write_json  # noqa: E402
 
 import hetjax as hj  # noqa: E402
+from hetjax.exact._batch import _solve_all  # noqa: E402  (the "before" path)
+
+
+def _timed(fn):
+    w0, c0 = time.perf_counter(), time.process_time()
+    out = fn()
+    return out, time.perf_counter() - w0, time.process_time() - c0
+
+
+def _before(graph, platforms):
+    """The one-by-one search over every platform, as `optimal_scores(workers=1)` ran it."""
+    host = jax.tree.map(np.asarray, platforms)
+    items = list(enumerate(hj.hardware.unstack(host)))
+    res = _solve_all(jax.tree.map(np.asarray, graph), hj.exact.DEFAULT_BATCHES,
+                     hj.DEFAULT_WEIGHTS, 1.0, items, fast=False)  # fmt: skip
+    return (np.stack([r[1] for r in res]), np.asarray([r[2] for r in res], np.float32),
+            np.asarray([r[3] for r in res]))  # fmt: skip
+
+
+def _after(graph, platforms, workers):
+    plans, scores = hj.exact.optimal_scores(graph, platforms, workers=workers)
+    return np.asarray(plans.placement), np.asarray(plans.batch), scores
+
+
+def run_preset(graph, base: str, n: int, workers: int) -> dict:
+    platforms = hj.hardware.sample(jax.random.key(0), n, base=base, spread=2.0)
+    few = jax.tree.map(lambda x: x[:2], platforms)
+    _before(graph, few), _after(graph, few, 1)  # compile
+    rows, results = [], {}
+    for name, fn, w in (
+        ("before", lambda: _before(graph, platforms), 1),
+        ("after", lambda: _after(graph, platforms, 1), 1),
+        ("after", lambda: _after(graph, platforms, workers), workers),
+    ):
+        load = os.getloadavg()[0]
+        out, wall, cpu = _timed(fn)
+        results[(name, w)] = out
+        rows.append({"path": name, "workers": w, "wall_s": wall, "cpu_s_this_process": cpu,
+                     "platforms_per_s": n / wall, "load_avg_1min_before": load})  # fmt: skip
+    ref = results[("before", 1)]
+    same = all(
+        all(np.array_equal(a, b) for a, b in zip(ref, out, strict=True)) for out in results.values()
+    )
+    return {"platform": base, "n": n, "rows": rows, "identical_results": bool(same),
+            "speedup_one_process": rows[0]["wall_s"] / rows[1]["wall_s"]}  # fmt: skip
 
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="bert-base")
-    ap.add_argument("--platform", default="edge")
+    ap.add_argument("--platforms", nargs="+", default=["edge", "host3"])
     ap.add_argument("-n", type=int, default=256)
+    ap.add_argument("--workers", type=int, default=hj.exact.default_workers())
     args = ap.parse_args(argv)
     graph = hj.graphs.transformer(args.model, seq_len=128, granularity="block")
-    platforms = hj.hardware.sample(jax.random.key(0), args.n, base=args.platform, spread=2.0)
-    hj.exact.optimal_scores(graph, jax.tree.map(lambda x: x[:2], platforms), workers=1)  # compile
-    rows, results = [], {}
-    for workers in (1, hj.exact.default_workers()):
-        t0 = time.perf_counter()
-        plans, scores = hj.exact.optimal_scores(graph, platforms, workers=workers)
-        wall = time.perf_counter() - t0
-        results[workers] = (np.asarray(plans.placement), scores)
-        rows.append({"workers": workers, "wall_s": wall, "platforms_per_s": args.n / wall})
-    one, many = results[1], results[rows[-1]["workers"]]
-    same = bool(np.array_equal(one[0], many[0]) and np.array_equal(one[1], many[1]))
-    speedup = rows[0]["wall_s"] / rows[-1]["wall_s"]
-
-    table = Table(title=f"exact score optima of {args.n} platforms around {args.platform}, "
-                  f"{args.model} (block)")  # fmt: skip
-    for col in ("workers", "wall s", "platforms/s", "x one process"):
-        table.add_column(col, justify="right")
-    for r in rows:
-        table.add_row(str(r["workers"]), f"{r['wall_s']:.1f}", f"{r['platforms_per_s']:.2f}",
-                      f"{rows[0]['wall_s'] / r['wall_s']:.2f}")  # fmt: skip
     console = Console()
-    console.print(table)
-    console.print(f"same scores and plans: {same}")
+    presets = []
+    for base in args.platforms:
+        r = run_preset(graph, base, args.n, args.workers)
+        presets.append(r)
+        table = Table(title=f"exact score optima of {args.n} platforms around {base}, "
+                      f"{args.model} (block), uptime load {os.getloadavg()[0]:.1f}")  # fmt: skip
+        cols = ("search", "workers", "wall s", "CPU s (this process)", "platforms/s", "x before")
+        for col in cols:
+            table.add_column(col, justify="right")
+        for row in r["rows"]:
+            table.add_row(row["path"], str(row["workers"]), f"{row['wall_s']:.2f}",
+                          f"{row['cpu_s_this_process']:.2f}", f"{row['platforms_per_s']:.1f}",
+                          f"{r['rows'][0]['wall_s'] / row['wall_s']:.1f}")  # fmt: skip
+        console.print(table)
+        console.print(f"identical scores, plans and batches: {r['identical_results']}")
     path = write_json("exact_many", {
         "benchmark": "exact_many",
         "command": "python benchmarks/bench_exact_many.py "
         + " ".join(sys.argv[1:] if argv is None else argv),
-        "model": args.model, "platform": args.platform, "n": args.n,
-        "machine": machine(), "rows": rows, "speedup": speedup, "identical_results": same,
+        "model": args.model, "n": args.n, "machine": machine(),
+        "uptime": os.popen("uptime").read().strip(), "presets": presets,
     })  # fmt: skip
     console.print(f"wrote {path}")
-    if not same:
-        raise SystemExit("worker results differ from the single-process search")
+    if not all(r["identical_results"] for r in presets):
+        raise SystemExit("the vectorised search differs from the one-by-one search")
 
 
 if __name__ == "__main__":

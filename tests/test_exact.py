@@ -375,7 +375,7 @@ import jax
 import hetjax as hj
 
 graph = hj.graphs.transformer("bert-base")
-platforms = hj.hardware.sample(jax.random.key(0), 800, base="edge")  # minutes of search
+platforms = hj.hardware.sample(jax.random.key(0), 800, base="host3")  # minutes of search
 try:
     hj.exact.optimal_scores(graph, platforms, workers=2)
 except KeyboardInterrupt:  # caught, the process lives on: its workers must not

@@ -3,7 +3,8 @@
 - `optimal_latency`: the latency-optimal placement at one batch (dynamic program).
 - `optimal_score`: the exact SPEC-score optimum over placements and a batch set (labels with
   dominance pruning and a bound against an incumbent).
-- `optimal_scores`: `optimal_score` of one graph on many platforms, in parallel processes.
+- `optimal_scores`: `optimal_score` of one graph on many platforms (the same results, bit for
+  bit), the platforms searched together (vectorised labels) and, for many, in worker processes.
 - `pareto_front`: the exact Pareto front over (latency, throughput, energy) and the batch set.
 - `enumerate_plans`: exhaustive, chunked JAX enumeration for small problems (the reference).
 - `check_chain`: the SPEC chain conditions the exact solvers need (`hj.NotAChainError`).

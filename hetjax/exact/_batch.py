@@ -22,6 +22,7 @@ import numpy as np
 from hetjax.cost import DEFAULT_WEIGHTS, Plan
 from hetjax.errors import HetjaxError, PlanError
 from hetjax.exact._chain import DEFAULT_BATCHES, check_batches, check_weights
+from hetjax.exact._many import solve_many
 from hetjax.exact._solvers import optimal_score
 from hetjax.graphs.core import LayerGraph
 from hetjax.hardware.core import Platform
@@ -45,15 +46,25 @@ def _host(tree):
     return jax.tree.map(np.asarray, tree)
 
 
-def _solve_all(graph, batches, weights, b_ref, items) -> list[tuple[int, np.ndarray, float, float]]:
-    out = []
-    for i, platform in items:
+def _solve_all(
+    graph, batches, weights, b_ref, items, *, fast: bool = True
+) -> list[tuple[int, np.ndarray, float, float]]:
+    """(index, placement int32[N], batch, score) of each item (index, host platform), in the
+    order of `items`: `optimal_score`'s results. With `fast` (the default) the platforms are
+    searched together (`_many.solve_many`: the same plans and scores, bit for bit); those it
+    cannot take (a failed check: `optimal_score` raises its error; no feasible plan) and, with
+    fast=False, all of them go to `optimal_score` one by one (the search before the
+    vectorised one: the benchmarks' baseline)."""
+    items = list(items)
+    out, later = solve_many(graph, items, batches, weights, b_ref) if fast else ([], items)
+    for i, platform in later:
         try:
             plan, s = optimal_score(graph, platform, batches, weights, b_ref=b_ref)
         except HetjaxError as err:  # same class, naming the platform
             raise type(err)(f"optimal_scores: platform {i}: {err}") from None
         out.append((i, np.asarray(plan.placement), float(plan.batch), float(s)))
-    return out
+    where = {i: n for n, (i, _) in enumerate(items)}
+    return sorted(out, key=lambda r: where[r[0]])
 
 
 def _solve_part(shared: tuple, items: list) -> list:
