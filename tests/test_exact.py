@@ -451,7 +451,15 @@ def _wait_for(condition, timeout: float) -> bool:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="scans /proc")
-@pytest.mark.parametrize("how", ["SIGKILL", "SIGTERM", "KeyboardInterrupt"])
+# SIGKILL (no handler runs) in every suite; the milder ends, each ~20-50 s of Ray, with --slow
+@pytest.mark.parametrize(
+    "how",
+    [
+        "SIGKILL",
+        pytest.param("SIGTERM", marks=pytest.mark.slow),
+        pytest.param("KeyboardInterrupt", marks=pytest.mark.slow),
+    ],
+)
 def test_no_worker_outlives_a_killed_caller(how):
     """The caller of optimal_scores is killed (or interrupted and carries on) while its two
     Ray workers search: within a short grace period no process of its local Ray instance is

@@ -29,9 +29,9 @@ from hetjax.hardware.core import Platform
 
 __all__ = ["optimal_scores", "default_workers"]
 
-# Below this many platforms per worker, starting one (import + compile, ~3-5 s) costs more
-# than it saves (~0.05-0.2 s per bert-base platform).
-_MIN_PER_WORKER = 32
+# Below this many platforms per worker, starting one (Ray, import, compile: 5-10 s) costs more
+# than it saves: the vectorised search solves ~70 bert-base edge platforms per CPU second.
+_MIN_PER_WORKER = 400
 
 
 def default_workers() -> int:
@@ -86,7 +86,7 @@ def optimal_scores(
 
     Returns (plans: `hj.Plan` with placement int32[K, N] and batch f32[K], scores f64[K]).
     `workers` Ray workers share the platforms (default: the CPUs available; 1 = this process
-    only; batches under 32 platforms per worker use fewer), on a local Ray instance started
+    only; batches under 400 platforms per worker use fewer), on a local Ray instance started
     for the call, or on the running Ray cluster at `address` ("HOST:PORT" or "auto"; then
     `workers` is the number of tasks the platforms are split into). Inputs are checked here,
     before any worker starts; a platform the search rejects raises its `hj.HetjaxError` (e.g.
