@@ -79,11 +79,13 @@ def test_first_epoch_ratio_is_one_on_whole_episodes(setup, rollout):
     assert float(info["approx_kl"]) == pytest.approx(0.0, abs=1e-6)
 
 
-def test_a_tiny_from_scratch_run_learns():
+@pytest.mark.parametrize("advantage", ["greedy_baseline", "group_mean"])
+def test_a_tiny_from_scratch_run_learns(advantage):
     """bert-tiny around `edge`, no teacher: the greedy policy's mean score on fixed platforms
-    rises clearly above the random initial policy's."""
+    rises clearly above the random initial policy's (group_mean: `FROM_SCRATCH`'s advantage,
+    8 environments per sampled platform)."""
     cfg = dataclasses.replace(EPISODE, num_envs=64, num_updates=25, lr=3e-3, ent_coef=0.01,
-                              advantage="greedy_baseline", epsilon=0.05, width=32,
+                              advantage=advantage, epsilon=0.05, width=32,
                               head_width=32)  # fmt: skip
     setup = ppo.make_setup(cfg)
     platforms = ppo.sample_platforms(setup, jax.random.key(99), 64)
@@ -144,3 +146,60 @@ def test_episode_encoder_is_a_known_choice():
     with pytest.raises(hj.PlanError, match="encoder='pointer'"):
         ppo.make_setup(dataclasses.replace(EPISODE, encoder="pointer"))
     assert "episode" in ppo.ENCODERS
+
+
+def test_shaping_reaches_the_environment_and_keeps_each_episodes_return(setup):
+    """PPOConfig.shaping turns on the environment's potential-based shaping (discount = gamma):
+    steps inside an episode are rewarded, and with gamma = 1 every episode's return is still
+    its plan's score (the shaping telescopes)."""
+    shaped = ppo.make_setup(dataclasses.replace(EPISODE, shaping=1.0))
+    platforms = ppo.sample_platforms(shaped, jax.random.key(1), 8)
+    assert float(ppo._env_params(setup, platforms).shaping[0]) == 0.0
+    params = ppo._env_params(shaped, platforms)
+    assert np.all(np.asarray(params.shaping) == 1.0) and np.all(np.asarray(params.discount) == 1)
+    runner = jax.jit(lambda k: ppo.init_runner(shaped, k))(jax.random.key(0))
+    traj = jax.jit(lambda p, k: ppo._rollout(shaped, p, k, params, 0.15))(
+        runner.params, jax.random.key(2)
+    )
+    valid, done = np.asarray(traj.valid), np.asarray(traj.done)
+    reward = np.where(valid, np.asarray(traj.reward), 0.0)
+    final = done & valid
+    assert np.abs(reward[~final & valid]).max() > 0  # dense: inside the episode too
+    score = np.where(final, np.asarray(traj.score), 0.0).sum(0)
+    complete = final.any(0) & (score != 0)
+    np.testing.assert_allclose(reward.sum(0)[complete], score[complete], rtol=1e-5, atol=1e-5)
+
+
+def test_entropy_coefficient_schedule_and_bad_values():
+    c = dataclasses.replace(EPISODE, num_updates=5, ent_coef=0.02, ent_coef_end=0.0)
+    assert [float(ppo._ent_coef(c, u)) for u in (0, 2, 4)] == pytest.approx([0.02, 0.01, 0.0])
+    assert ppo._ent_coef(EPISODE, 3) == EPISODE.ent_coef  # None: constant
+    with pytest.raises(hj.PlanError, match="PPOConfig.shaping = -1.0"):
+        dataclasses.replace(EPISODE, shaping=-1.0)
+    with pytest.raises(hj.PlanError, match="PPOConfig.ent_coef_end = nan"):
+        dataclasses.replace(EPISODE, ent_coef_end=float("nan"))
+
+
+def test_load_features_are_exact_sums_over_the_block_rows(setup, rollout):
+    """`load_features=True`: each device's busy time so far, the remaining and the current
+    blocks' time per device (units: the whole model on device 0), from the block rows."""
+    cfg = dataclasses.replace(EPISODE, load_features=True)
+    loaded = ppo.make_setup(cfg)
+    net = loaded.network
+    _, _, traj = rollout
+    obs = jax.tree.map(lambda x: x[3, 0], traj.obs)  # block step 3 of environment 0
+    params = jax.jit(lambda k: ppo.init_runner(loaded, k))(jax.random.key(0)).params
+    got = np.asarray(net.apply(params, obs, method=net.load_features))
+    lay, d = setup.env.block_feature_layout, setup.env.d_max
+    rows = np.asarray(obs.blocks)
+    share, on = rows[:, lay["time_share"]], rows[:, lay["placed_on"]]
+    placed, cur = rows[:, lay["placed"]][:, 0], rows[:, lay["current"]][:, 0]
+    todo = np.asarray(obs.block_mask) & (placed == 0) & (cur == 0)
+    load = (on * share).sum(0)
+    want = np.concatenate([load, share[todo].sum(0), share[cur == 1].sum(0),
+                           np.maximum(load.max(), load + share[cur == 1].sum(0)),
+                           share[todo, :1].sum(0) + share[cur == 1, :1].sum(0)])  # fmt: skip
+    assert placed.sum() == 2 and cur.sum() == 1 and got.shape == (4 * d + 1,)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+    logits, value = net.apply(params, obs)  # the head reads them
+    assert np.isfinite(np.asarray(value)) and logits.shape == (loaded.env.num_actions,)

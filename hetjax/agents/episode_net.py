@@ -57,6 +57,9 @@ class EpisodeActorCritic(nn.Module):
     width: int = 64
     head_width: int = 64
     summary_width: int = 32
+    # first column of the blocks' "time_share" group (each block's time on each device over the
+    # whole model's on device 0, at the chosen batch); None: no load features (as before)
+    share_from: int | None = None
 
     def setup(self):
         self.embed1 = nn.Dense(self.width)
@@ -66,6 +69,8 @@ class EpisodeActorCritic(nn.Module):
         self.to_platform = nn.Dense(self.head_width)
         self.from_dynamic = nn.Dense(self.head_width, use_bias=False)
         self.from_summary = nn.Dense(self.head_width, use_bias=False)
+        if self.share_from is not None:
+            self.from_load = nn.Dense(self.head_width, use_bias=False)
         self.pi_hidden = nn.Dense(self.head_width)
         self.pi_out = nn.Dense(self.num_actions, kernel_init=nn.initializers.orthogonal(0.01))
         self.v_hidden = nn.Dense(self.head_width)
@@ -102,10 +107,29 @@ class EpisodeActorCritic(nn.Module):
             + self.from_dynamic(obs.features[: self.feature_split])
             + self.from_summary(summary)
         )
+        if self.share_from is not None:
+            h = h + self.from_load(self.load_features(obs))
         h = nn.gelu(h)
         logits = self.pi_out(nn.gelu(self.pi_hidden(h)))
         value = self.v_out(nn.gelu(self.v_hidden(h)))[0]
         return masked_logits(logits, obs.action_mask), value
+
+    def load_features(self, obs):
+        """f32[4D + 1], exact sums over the block rows in units of the whole model's time on
+        device 0: each device's busy time so far, the remaining blocks' time on each device
+        (were they all put there), the current block's, the busiest device's busy time after
+        putting the current block on each device, and the remaining fraction of device 0's."""
+        col, d = self.block_split, self.d_max
+        share = obs.blocks[:, self.share_from : self.share_from + d]  # [M, D]
+        placed_on = obs.blocks[:, col : col + d]
+        placed = obs.blocks[:, col + d]
+        current = obs.blocks[:, col + d + 1]
+        todo = jnp.where(obs.block_mask, 1.0 - placed - current, 0.0)
+        load = jnp.sum(placed_on * share, 0)  # [D]
+        remaining = todo @ share  # [D]
+        now = current @ share  # [D]
+        after = jnp.maximum(jnp.max(load), load + now)  # [D]
+        return jnp.concatenate([load, remaining, now, after, remaining[:1] + now[:1]])
 
     def __call__(self, obs):
         return self.step(self.encode(obs), obs)

@@ -89,10 +89,16 @@ class PPOConfig:
     advantage: str = "gae"
     group_size: int = 8  # group_mean only: environments per sampled platform
     gamma: float = 1.0  # episodic, terminal reward
+    # the environment's potential-based shaping (`PlacementEnv.make_params(shaping=...)`, with
+    # discount = gamma): each step is rewarded by the change of `shaping` x the estimated score
+    # of the plan so far; with gamma = 1 every episode's return is still its plan's score
+    shaping: float = 0.0
     gae_lambda: float = 0.95
     clip_eps: float = 0.2
     vf_coef: float = 0.5
     ent_coef: float = 0.003
+    # the entropy coefficient at the last update (linear from ent_coef); None: ent_coef throughout
+    ent_coef_end: float | None = None
     max_grad_norm: float = 0.5
     lr: float = 1e-4  # fine-tuning a cloned policy: larger steps undo the cloning
     anneal_lr: bool = True
@@ -118,6 +124,9 @@ class PPOConfig:
     encoder: str = "deepsets"
     width: int = 128
     head_width: int = 64  # episode encoder only: the per-step head's width
+    # episode encoder only: the head also reads each device's load so far and the remaining
+    # work (exact sums over the block rows, `EpisodeActorCritic.load_features`)
+    load_features: bool = False
     heads: int = 4  # attention encoder only
     layers: int = 2  # attention encoder only
     seed: int = 0
@@ -151,8 +160,8 @@ class PPOConfig:
 FROM_SCRATCH = {
     "imitation_teacher": "none", "imitation_steps": 0, "bc_coef": 0.0,
     "encoder": "episode", "width": 64, "head_width": 64,
-    "advantage": "greedy_baseline", "lr": 1e-3, "ent_coef": 0.01, "epsilon": 0.05,
-    "num_envs": 256, "num_updates": 400, "num_minibatches": 2, "update_epochs": 2,
+    "advantage": "group_mean", "group_size": 8, "lr": 1e-3, "ent_coef": 0.01, "epsilon": 0.05,
+    "num_envs": 1024, "num_updates": 300, "num_minibatches": 4, "update_epochs": 2,
 }  # fmt: skip
 TEACHERS = ("exact", "none")  # besides every name in hj.baselines.STRATEGIES
 
@@ -164,7 +173,7 @@ _INTS = {  # field: smallest value
     "head_width": 1, "group_size": 1,
 }  # fmt: skip
 _POSITIVE = ("clip_eps", "max_grad_norm", "lr", "imitation_lr")
-_NON_NEGATIVE = ("vf_coef", "ent_coef", "imitation_vf_coef", "bc_coef")
+_NON_NEGATIVE = ("vf_coef", "ent_coef", "imitation_vf_coef", "bc_coef", "shaping")
 _UNIT = ("gamma", "gae_lambda")  # in [0, 1]
 
 
@@ -197,6 +206,8 @@ def _check_config(c: PPOConfig) -> None:
         v = getattr(c, name)
         if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < low:
             bad(name, f"must be an int >= {low}")
+    if not isinstance(c.load_features, bool):
+        bad("load_features", "must be True or False")
     if isinstance(c.seed, bool) or not isinstance(c.seed, int | np.integer):
         bad("seed", "must be an int")
     for name in _POSITIVE:
@@ -205,6 +216,9 @@ def _check_config(c: PPOConfig) -> None:
     for name in _NON_NEGATIVE:
         if not (np.isfinite(number(name)) and number(name) >= 0):
             bad(name, "must be finite and >= 0")
+    if c.ent_coef_end is not None and not (np.isfinite(number("ent_coef_end"))
+                                           and number("ent_coef_end") >= 0):  # fmt: skip
+        bad("ent_coef_end", "must be None or finite and >= 0")
     for name in _UNIT:
         if not 0.0 <= number(name) <= 1.0:  # NaN fails too
             bad(name, "must be in [0, 1]")
@@ -233,7 +247,8 @@ def _is_numbers(x) -> bool:
 
 # Fields added to PPOConfig after runs were saved without them, and the value those runs used.
 LEGACY_DEFAULTS = {"bc_coef": 0.0, "imitation_ties": "as_solved", "models": (), "dagger_rounds": 0,
-                   "d_max": 0}  # fmt: skip
+                   "d_max": 0, "shaping": 0.0, "ent_coef_end": None,
+                   "load_features": False}  # fmt: skip
 
 
 class Transition(NamedTuple):
@@ -380,6 +395,8 @@ def make_setup(config: PPOConfig) -> Setup:
             env.num_actions, env.feature_layout[STATIC_FEATURES_FROM].start,
             env.block_feature_layout[DYNAMIC_BLOCK_FROM].start, env.d_max, config.width,
             config.head_width,
+            share_from=env.block_feature_layout["time_share"].start if config.load_features
+            else None,
         )  # fmt: skip
     else:
         network = ActorCritic(env.num_actions, config.width, config.heads, config.layers,
@@ -412,14 +429,17 @@ def sample_models(setup: Setup, key, n: int):
 
 def _env_params(setup: Setup, platforms, models=None):
     c = setup.config
+    shaping = {"shaping": c.shaping, "discount": c.gamma} if c.shaping else {}
     if models is None or not setup.mixed:
         return jax.vmap(
-            lambda p: setup.env.make_params(setup.graph, p, weights=c.weights, batches=c.batches)
+            lambda p: setup.env.make_params(
+                setup.graph, p, weights=c.weights, batches=c.batches, **shaping
+            )
         )(platforms)
 
     def one(p, m):
         graph = jax.tree.map(lambda x: x[m], setup.graphs)
-        return setup.env.make_params(graph, p, weights=c.weights, batches=c.batches)
+        return setup.env.make_params(graph, p, weights=c.weights, batches=c.batches, **shaping)
 
     return jax.vmap(one)(platforms, models)
 
@@ -578,9 +598,18 @@ def _group_mean(traj: Transition, g: int):
     return to_go - others.reshape(-1)[None], to_go
 
 
-def _ppo_loss(setup: Setup, net_params, batch, adv, target):
+def _ent_coef(c: PPOConfig, update):
+    """The entropy coefficient at update `update` (int32[]): `ent_coef`, or linear from it to
+    `ent_coef_end` at the last update."""
+    if c.ent_coef_end is None:
+        return c.ent_coef
+    frac = jnp.minimum(update / max(c.num_updates - 1, 1), 1.0)
+    return c.ent_coef + (c.ent_coef_end - c.ent_coef) * frac
+
+
+def _ppo_loss(setup: Setup, net_params, batch, adv, target, ent_coef=None):
     """PPO's loss on transitions with any leading axes ([T, E] whole episodes take the
-    episode encoder's cached path, `policy_apply`)."""
+    episode encoder's cached path, `policy_apply`); `ent_coef` (default the config's)."""
     c = setup.config
     logits, value = policy_apply(setup, net_params, batch.obs)
     logp = behaviour_log_prob(logits, batch.obs.action_mask, batch.action, c.epsilon)
@@ -595,7 +624,8 @@ def _ppo_loss(setup: Setup, net_params, batch, adv, target):
     p = jax.nn.softmax(logits)
     entropy = mean(-jnp.sum(jnp.where(batch.obs.action_mask, p * jax.nn.log_softmax(logits),
                                       0.0), -1))  # fmt: skip
-    loss = pg + c.vf_coef * vf - c.ent_coef * entropy
+    ent_coef = c.ent_coef if ent_coef is None else ent_coef
+    loss = pg + c.vf_coef * vf - ent_coef * entropy
     kl = mean((ratio - 1) - jnp.log(ratio))
     return loss, dict(policy_loss=pg, value_loss=vf, entropy=entropy, approx_kl=kl)
 
@@ -636,7 +666,7 @@ def make_update(setup: Setup, demos=None, demo_weighted: bool = False):
             perm = jax.random.permutation(k, c.num_envs).reshape(c.num_minibatches, -1)
 
             def loss(p, flat, kd):
-                total, info = _ppo_loss(setup, p, *flat)
+                total, info = _ppo_loss(setup, p, *flat, _ent_coef(c, runner.update))
                 if use_bc:
                     obs, actions, valid = demos
                     size = min(c.imitation_batch, flat[1].size)

@@ -51,7 +51,9 @@ def train_cmd(
         int | None,
         typer.Option(help="DAgger rounds after cloning: exact labels of the policy's states"),
     ] = None,
-    advantage: Annotated[str | None, typer.Option(help="gae | greedy_baseline")] = None,
+    advantage: Annotated[
+        str | None, typer.Option(help="gae | greedy_baseline | group_mean")
+    ] = None,
     encoder: Annotated[str | None, typer.Option(help="deepsets | attention | episode")] = None,
     held_out: Annotated[int, typer.Option(help="held-out platforms")] = 256,
     chunk: Annotated[
