@@ -113,3 +113,31 @@ def test_fast_path_hands_over_failures():
     )
     with pytest.raises(hj.PlanError, match="platform 0:.*no block placement fits"):
         _solve_all(g, (32,), hj.DEFAULT_WEIGHTS, 1.0, [(0, tight)])
+
+
+@pytest.mark.parametrize("constant", ["keys and resources", "keys", "nothing"])
+def test_dominance_equals_the_one_platform_search_with_constant_columns(constant):
+    """`_many._dominated` over several groups equals `_search._dominated` group by group, also
+    when every column is equal across the labels (all dropped: a co-search sweep hit this)."""
+    from hetjax.exact import _search
+
+    rng = np.random.default_rng(3)
+    sizes = [1, 5, 40, 300]  # a lone label, small groups, one above the 256-label chunk
+    grp = np.repeat(np.arange(len(sizes)), sizes)
+    n = grp.size
+    lat = np.concatenate([np.sort(rng.integers(0, 4, s)).astype(float) for s in sizes])
+    keys = rng.integers(0, 3, (n, 2)).astype(float)
+    res = rng.integers(0, 3, (n, 2)).astype(float)
+    if constant != "nothing":
+        keys[:] = 1.0
+    if constant == "keys and resources":
+        res[:] = 2.0
+    delta = np.repeat(rng.integers(0, 2, (len(sizes), 2)).astype(float), sizes, axis=0)
+    floor = rng.integers(0, 4, n).astype(float)
+    got = _many._dominated(grp, keys, res, delta, floor)
+    want = np.concatenate([
+        _search._dominated(np.c_[lat, keys][grp == g], res[grp == g], delta[grp == g][0],
+                           floor[grp == g])
+        for g in range(len(sizes))
+    ])  # fmt: skip
+    np.testing.assert_array_equal(got, want)

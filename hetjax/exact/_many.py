@@ -369,7 +369,11 @@ def _chord(pr: Problems, bnd: _Bounds, ps: np.ndarray, inc: np.ndarray) -> _Chor
 
 
 def _dominates(xi, xj) -> np.ndarray:
-    """[..., I, J]: xj[j] <= xi[i] in every column (label j dominates label i)."""
+    """[..., I, J]: xj[j] <= xi[i] in every column (label j dominates label i). With no
+    column (every column was equal across the labels, so dropped) every j dominates every i,
+    as equal labels do in `_search._dominated`."""
+    if xi.shape[-1] == 0:
+        return np.ones(xi.shape[:-1] + xj.shape[-2:-1], bool)
     dom = None
     for c in range(xi.shape[-1]):
         le = xj[..., None, :, c] <= xi[..., :, None, c]
