@@ -89,3 +89,14 @@ def test_named_placements():
     heavy = np.isin(np.asarray(g.op_class), (hj.graphs.MATMUL, hj.graphs.ATTN))
     assert (by_class[heavy] == 1).all() and (by_class[~heavy] == 0).all()
     assert (np.asarray(cli.named_placement("all-1", g, p)) == 1).all()
+
+
+def test_python_m_hetjax_cli_is_the_console_script():
+    """`python -m hetjax.cli` runs the same command line (one error line, exit code 2)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "hetjax.cli", "evaluate", "--placement", "nope"],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert len(proc.stderr.strip().splitlines()) == 1 and "nope" in proc.stderr
