@@ -9,7 +9,8 @@ Each table in README.md follows a marker line `<!-- table: NAME -->`; NAME is a 
 benchmarks/results/*.json (the benchmarks), docs/results/demo/report.json (`make demo`'s
 runs/demo/report.json), docs/results/compare/PRESET/compare.json (`hetjax compare --out`),
 docs/results/onnx_exact.json (`scripts/onnx_exact.py --out`) and docs/fidelity/*.json
-(`hetjax fidelity --out`). Every number is formatted here, in one place;
+(`hetjax fidelity --out`) and docs/results/cosearch/cosearch.csv (`hetjax sweep
+examples/sweep_cosearch_bert_edge.toml --out docs/results/cosearch`). Every number is formatted here, in one place;
 tests/test_readme.py checks README.md against this module, cell by cell.
 """
 
@@ -31,6 +32,7 @@ FIDELITY_RUNS = tuple(
     ROOT / "docs" / "fidelity" / f"2026-11-25-v1.1-run{i}.json" for i in (1, 2, 3)
 )
 ONNX_EXACT = ROOT / "docs" / "results" / "onnx_exact.json"
+COSEARCH = ROOT / "docs" / "results" / "cosearch" / "cosearch.csv"
 PRESETS = ("edge", "soc", "datacenter", "host3")
 COST_ROWS = (
     ("reference (Python f64)", 1),
@@ -273,6 +275,35 @@ def onnx() -> tuple[Row, list[Row]]:
     return head, rows
 
 
+def cosearch() -> tuple[Row, list[Row]]:
+    """hetjax sweep examples/sweep_cosearch_bert_edge.toml: per objective, the BERT shapes whose
+    exact optimal placement on edge fits the sweep's latency budget, and the largest of them."""
+    import csv
+
+    with open(COSEARCH, newline="") as f:
+        rows_in = [r for r in csv.DictReader(f) if r["method"] == "exact"]
+    head = ["objective (alpha, beta, gamma)", "shapes within 10 ms", "on the front",
+            "largest within 10 ms", "parameters (M)", "latency ms", "batch",
+            "blocks on the NPU"]  # fmt: skip
+    rows = []
+    for w in dict.fromkeys((r["alpha"], r["beta"], r["gamma"]) for r in rows_in):
+        mine = [r for r in rows_in if (r["alpha"], r["beta"], r["gamma"]) == w]
+        fit = [r for r in mine if r["fits_budget"] == "true"]
+        big = max(fit, key=lambda r: (int(r["params"]), -float(r["latency_ms"])))
+        rows.append([
+            ", ".join(f"{float(x):g}" for x in w),
+            f"{len(fit)} of {len(mine)}",
+            str(sum(r["on_front"] == "true" for r in mine)),
+            f"{big['n_layers']} layers, width {big['d_model']}, {big['n_heads']} heads, "
+            f"{big['seq_len']} tokens",
+            f_fixed(int(big["params"]) / 1e6, 0),
+            f_fixed(float(big["latency_ms"]), 2),
+            f"{float(big['batch']):g}",
+            f"{big['block_devices'].count('1')} of {len(big['block_devices'])}",
+        ])  # fmt: skip
+    return head, rows
+
+
 TABLES: dict[str, Callable[[], tuple[Row, list[Row]]]] = {
     "cost": cost,
     "env": env,
@@ -282,6 +313,7 @@ TABLES: dict[str, Callable[[], tuple[Row, list[Row]]]] = {
     "agent_preset": agent_preset,
     "fidelity": fidelity,
     "onnx": onnx,
+    "cosearch": cosearch,
 }
 
 
