@@ -133,7 +133,7 @@ def _device_terms(graph: LayerGraph, platform: Platform, placement, batch):
     for d in range(1, d_max):  # unreal or out of range -> device 0
         dev = jnp.where((placement == d) & device_mask[d], d, dev)
     op_class, peak_all = _col(graph.op_class, 1), _col(platform.peak, 2)  # [N, .], [D, K, .]
-    if peak_all.shape[-1] == 1:  # shared: one pick per op and device
+    if peak_all.shape[-1] == 1 and op_class.shape[-1] == 1:  # shared: one pick per op, device
         onehot = op_class[None] == jnp.arange(peak_all.shape[1])[:, None, None]  # [K, N, 1]
         peak_of_op = [_select(onehot, peak_all[d][:, None, :]) for d in range(d_max)]
     else:  # per plan: a chain of selects over the (few) classes, elementwise
@@ -492,7 +492,30 @@ def _stacked(obj) -> dict:
     return {k: jnp.ndim(x) > ndim[k] for k, x in _fields(obj).items()}
 
 
+_STRUCTURE = ("preds", "op_mask", "block", "block_mask")  # the schedule's shape
+
+
 def _run(chunk, graph, platform, plan, graph_idx, platform_idx, plan_idx):
+    """`_run_chunks`, with graph rows of one structure (graphs that differ in sizes only, such
+    as one model at several sequence lengths) simulated with their structure shared: the scan
+    then reads whole rows of its table, as for one graph, instead of one entry per plan."""
+    stacked = _stacked(graph)
+    rows = [k for k in _STRUCTURE if stacked[k]]
+    args = (platform, plan, graph_idx, platform_idx, plan_idx)
+    if not rows:
+        return _run_chunks(chunk, graph, *args)
+    same = functools.reduce(
+        jnp.logical_and, [jnp.all(getattr(graph, k) == getattr(graph, k)[:1]) for k in rows]
+    )
+    shared = graph.replace(**{k: getattr(graph, k)[0] for k in rows})
+    return jax.lax.cond(
+        same,
+        lambda: _run_chunks(chunk, shared, *args),
+        lambda: _run_chunks(chunk, graph, *args),
+    )
+
+
+def _run_chunks(chunk, graph, platform, plan, graph_idx, platform_idx, plan_idx):
     """Metrics (leading axis B) of B plans, simulated in chunks of `chunk` with plans last.
 
     Each of graph, platform and plan is a group of fields. A field of one graph / platform is
@@ -523,15 +546,20 @@ def _run(chunk, graph, platform, plan, graph_idx, platform_idx, plan_idx):
         mapped.append(part)
 
     def one_chunk(mapped):
-        args = []
+        args, picked = [], {}
         for (obj, _), part in zip(groups, mapped, strict=True):
             stacked, fields = _stacked(obj), _fields(obj)
             for k in fields:
                 if k in part:
-                    fields[k] = part[k]
+                    picked[(len(args), k)] = part[k]
                 elif stacked[k]:  # rows picked by the index, plans last
-                    fields[k] = jnp.moveaxis(fields[k][part["idx"]], 0, -1)
-            args.append(obj.replace(**fields))
+                    picked[(len(args), k)] = jnp.moveaxis(fields[k][part["idx"]], 0, -1)
+            args.append(fields)
+        # gathered once per chunk: XLA would otherwise fuse each gather into every consumer
+        picked = jax.lax.optimization_barrier(picked)
+        for (i, k), x in picked.items():
+            args[i][k] = x
+        args = [obj.replace(**f) for (obj, _), f in zip(groups, args, strict=True)]
         g, p, x = args
         return _simulate_chunk(g, p, x.placement, x.batch)
 
@@ -567,8 +595,9 @@ def _fold(a, b, obj, batched, idx, idx_batched):
             new[k] = x.reshape((a * rows,) + x.shape[2:])
         else:  # shared, or one row per vmapped entry
             new[k] = x
-    if rows is None:
-        return obj.replace(**new), jnp.repeat(jnp.arange(a, dtype=jnp.int32), b)
+    if rows is None:  # entry i's row is i; with one plan per entry, plan i's
+        idx = None if b == 1 else jnp.repeat(jnp.arange(a, dtype=jnp.int32), b)
+        return obj.replace(**new), idx
     if idx is None and not idx_batched:  # row j of entry i is plan i * b + j
         return obj.replace(**new), None
     base = jnp.arange(b, dtype=jnp.int32) if idx is None else idx.astype(jnp.int32)
