@@ -4,7 +4,11 @@ the weight-streaming extension 1.1 (`Platform.weight_bw`; 0 = off = version 1, d
 `evaluate(graph, platform, plan)` simulates the list schedule of SPEC exactly. Plans may carry
 leading batch axes: many plans for one graph and platform are then simulated together in one
 `lax.scan` over ops, with the plans as the fast (last) axis of every array and processed in
-cache-sized chunks. `jax.vmap` over graph, platform or plan also works.
+cache-sized chunks. `jax.vmap` over plans, platforms, graphs, any of their fields, or nestings
+of such vmaps runs the same chunked simulator (a `custom_vmap` rule folds each vmapped axis into
+the plan axis; platform and graph fields then carry a plan axis of their own, gathered chunk
+by chunk) and returns what evaluating each element alone returns. Derivatives go through a
+`custom_jvp` (the plain simulator's), so jax.grad / jacfwd / jacrev work under vmap too.
 """
 
 from __future__ import annotations
@@ -650,7 +654,9 @@ def evaluate(
 
     Pure and jittable. `plan` may have leading batch axes (many plans for this graph and
     platform, simulated together in chunks of `chunk` plans); the result then has the same
-    leading axes. Differentiable w.r.t. the platform's float fields.
+    leading axes. Differentiable w.r.t. the platform's float fields. `jax.vmap` over graph,
+    platform, plan (or any mix, nested) runs the chunked simulator of a batched plan; rates
+    of every path are in docs/performance.md.
 
     Concrete inputs are validated first (graph, platform and batch: `GraphError`,
     `PlatformError`, `PlanError`); traced ones (inside jit / vmap) only by shape.
