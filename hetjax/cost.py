@@ -7,8 +7,9 @@ leading batch axes: many plans for one graph and platform are then simulated tog
 cache-sized chunks. `jax.vmap` over plans, platforms, graphs, any of their fields, or nestings
 of such vmaps runs the same chunked simulator (a `custom_vmap` rule folds each vmapped axis into
 the plan axis; platform and graph fields then carry a plan axis of their own, gathered chunk
-by chunk) and returns what evaluating each element alone returns. Derivatives go through a
-`custom_jvp` (the plain simulator's), so jax.grad / jacfwd / jacrev work under vmap too.
+by chunk) and returns what evaluating each element alone returns. Reverse-mode derivatives
+go through a `custom_vjp` (the plain simulator's), so jax.grad / jacrev work under vmap too;
+forward mode (jvp, jacfwd) is not available.
 """
 
 from __future__ import annotations
@@ -625,9 +626,15 @@ def _vmap_rule(chunk, a, in_batched, graph, platform, plan, *indices):
     return out, jax.tree.map(lambda _: True, out)
 
 
-def _jvp_rule(chunk, primals, tangents):
-    """Derivatives of the plain simulator (a custom_vmap function has no reverse mode)."""
-    return jax.jvp(functools.partial(_run, chunk), primals, tangents)
+def _fwd(chunk, *args):
+    return _core(chunk)(*args), args
+
+
+def _bwd(chunk, args, cotangents):
+    """Reverse mode of the plain simulator (a custom_vmap function has none of its own); it
+    runs the forward simulation again. (A custom_jvp here would keep forward mode too, but its
+    rule's inputs pass a stop_gradient that reverse mode cannot transpose inside lax.scan.)"""
+    return jax.vjp(functools.partial(_run, chunk), *args)[1](cotangents)
 
 
 @functools.cache
@@ -635,8 +642,8 @@ def _core(chunk: int):
     """`_run` for one chunk size, with its vmap rule and derivatives."""
     run = jax.custom_batching.custom_vmap(functools.partial(_run, chunk))
     run.def_vmap(functools.partial(_vmap_rule, chunk))
-    core = jax.custom_jvp(run)
-    core.defjvp(functools.partial(_jvp_rule, chunk))
+    core = jax.custom_vjp(run)
+    core.defvjp(functools.partial(_fwd, chunk), functools.partial(_bwd, chunk))
     return core
 
 
