@@ -7,14 +7,23 @@ and the float64 plain-Python reference (`hetjax.reference`) on a few plans in th
 as the median of repeats, and reports evaluations/s, the speed-up over the reference and the
 compile time. With more than one core it also times `hj.evaluate_sharded`, the plans split over
 one CPU device per core (`--devices`, default all cores; 1 skips those rows), at B = 4096,
-16384, 65536 (below two chunks of plans per device it runs `hj.evaluate` itself). Writes
-benchmarks/results/cost.json.
+16384, 65536 (below two chunks of plans per device it runs `hj.evaluate` itself).
+
+Then, on the op graph, every way of batching evaluations (`--vmap-sizes`, default B = 1024,
+16384, 65536): one batched Plan, `jax.vmap` over plans, over platforms (the sweep: one plan per
+sampled platform), over graphs (one model at 8 sequence lengths; and bert-base / gpt2 padded to
+one shape, different edges), over 16 platforms x B/16 plans (nested vmaps), the `lax.map` over
+those 16 platforms that users wrote as a workaround, and `hj.score` of the sweep under vmap.
+The paths are timed in turns (repeat r of every path, then repeat r + 1), so a change of load
+hits them alike, and each rate is also given as a ratio to the batched Plan's at that B.
+Writes benchmarks/results/cost.json (rows; `vmap_rows` and `slowest_common_path`).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -41,6 +50,98 @@ def random_plans(key, graph, platform, b):
     return hj.Plan.from_blocks(graph, blocks, batch)
 
 
+GRID = 16  # platforms in the platforms x plans rows
+SEQ_LENS = (32, 64, 96, 128, 192, 256, 384, 512)  # the graphs of one structure
+
+
+def vmap_paths(model, platform, b):
+    """name -> (jitted function, its arguments) for B evaluations each, on the op graph."""
+    g = hj.graphs.transformer(model, granularity="op")
+    plans = random_plans(jax.random.key(b), g, platform, b)
+    one = jax.tree.map(lambda x: x[0], plans)
+    ps = hj.hardware.sample(jax.random.key(b + 1), n=b, base=platform, spread=3.0)
+    grid_ps = jax.tree.map(lambda x: x[:GRID], ps)
+    grid_plans = jax.tree.map(lambda x: x.reshape((GRID, b // GRID) + x.shape[1:]), plans)
+    flat = jax.tree.map(lambda x: x[: b // GRID], plans)
+    same = hj.graphs.stack(
+        [hj.graphs.transformer(model, seq_len=s, granularity="op") for s in SEQ_LENS]
+    )
+    same = jax.tree.map(lambda x: x[np.arange(b) % len(SEQ_LENS)], same)
+    other = hj.graphs.transformer("gpt2", granularity="op")
+    n, m, p_max = max(g.n_max, other.n_max), max(g.m_max, other.m_max), g.p_max
+    mixed = hj.graphs.stack([hj.graphs.pad(x, n, m, p_max) for x in (g, other)])
+    mixed = jax.tree.map(lambda x: x[np.arange(b) % 2], mixed)
+    mixed_plans = jax.vmap(lambda gr, bp: hj.Plan(bp[gr.block], jnp.float32(8.0)))(
+        mixed, jax.random.randint(jax.random.key(b + 2), (b, m), 0, 2)
+    )
+    over_plans = jax.vmap(hj.evaluate, in_axes=(None, None, 0))
+    refs = jax.jit(jax.vmap(hj.evaluate, in_axes=(None, 0, None)))(g, ps, hj.reference_plan(g))
+
+    def score_sweep(ps, plans, refs):
+        return jax.vmap(lambda p, x, r: hj.score(hj.evaluate(g, p, x), r))(ps, plans, refs)
+
+    def lax_map(ps, plans):
+        return jax.lax.map(lambda p: hj.evaluate(g, p, plans), ps)
+
+    return {
+        "batched Plan": (jax.jit(hj.evaluate), (g, platform, plans)),
+        "vmap over plans": (jax.jit(over_plans), (g, platform, plans)),
+        "vmap over platforms (sweep)": (
+            jax.jit(jax.vmap(hj.evaluate, in_axes=(None, 0, None))), (g, ps, one)),
+        "vmap over platforms and plans": (
+            jax.jit(jax.vmap(hj.evaluate, in_axes=(None, 0, 0))), (g, ps, plans)),
+        "vmap over graphs (one model, 8 sequence lengths)": (
+            jax.jit(jax.vmap(hj.evaluate, in_axes=(0, None, 0))), (same, platform, plans)),
+        "vmap over graphs (bert-base / gpt2, other edges)": (
+            jax.jit(jax.vmap(hj.evaluate, in_axes=(0, None, 0))), (mixed, platform, mixed_plans)),
+        f"vmap over {GRID} platforms x vmap over B/{GRID} plans": (
+            jax.jit(jax.vmap(over_plans, in_axes=(None, 0, None))), (g, grid_ps, flat)),
+        f"vmap over {GRID} platforms x batched B/{GRID} plans": (
+            jax.jit(jax.vmap(hj.evaluate, in_axes=(None, 0, 0))), (g, grid_ps, grid_plans)),
+        f"lax.map over {GRID} platforms x batched B/{GRID} plans": (
+            jax.jit(lax_map), (grid_ps, flat)),
+        "hj.score of the sweep under vmap": (jax.jit(score_sweep), (ps, plans, refs)),
+    }  # fmt: skip
+
+
+def time_in_turns(fns: dict, *, repeats: int, min_time: float) -> dict:
+    """name -> median seconds per call, each repeat timing every function in turn."""
+    times = {k: [] for k in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            n, t0 = 0, time.perf_counter()
+            while True:
+                fn()
+                n += 1
+                elapsed = time.perf_counter() - t0
+                if elapsed >= min_time:
+                    break
+            times[name].append(elapsed / n)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def vmap_rows(model, platform, sizes, *, quick: bool) -> list[dict]:
+    """One row per (batching path, B) with its rate and its ratio to the batched Plan's."""
+    rows = []
+    for b in sizes:
+        paths = vmap_paths(model, platform, b)
+        calls, compile_s = {}, {}
+        for name, (fn, args) in paths.items():
+            t0 = time.perf_counter()
+            jax.block_until_ready(fn(*args))
+            compile_s[name] = time.perf_counter() - t0
+            calls[name] = lambda fn=fn, args=args: jax.block_until_ready(fn(*args))
+        sec = time_in_turns(calls, repeats=3 if quick else 5, min_time=0.05 if quick else 0.3)
+        base = b / sec["batched Plan"]
+        for name in paths:
+            rate = b / sec[name]
+            rows.append(dict(path=name, B=b, rate=rate, ratio=rate / base,
+                             compile_s=compile_s[name]))  # fmt: skip
+            print(f"B={b:6d} {name:55s} {rate:10,.0f}/s  x{rate / base:.2f}", flush=True)
+        del paths, calls
+    return rows
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="bert-base")
@@ -56,6 +157,12 @@ def main(argv=None) -> dict:
         type=int,
         default=os.cpu_count() or 1,
         help="CPU devices for the evaluate_sharded rows (default: one per core)",
+    )
+    ap.add_argument(
+        "--vmap-sizes",
+        default="1024,16384,65536",
+        help="B for the rows of each batching path (vmap over plans, platforms, graphs, ...); "
+        "empty: skip them",
     )
     ap.add_argument("--quick", action="store_true", help="fewer repeats (smoke run)")
     args = ap.parse_args(argv)
@@ -109,8 +216,30 @@ def main(argv=None) -> dict:
         table.add_row(r["granularity"], r["impl"], str(r["B"]), f"{r['rate']:,.0f}",
                       f"{r['speedup']:,.0f}", f"{r['compile_s']:.2f}")  # fmt: skip
     Console(width=130).print(table)
+    sizes_v = [int(s) for s in args.vmap_sizes.split(",") if s]
+    vrows = vmap_rows(args.model, platform, sizes_v, quick=args.quick)
+    if vrows:
+        table = Table(
+            title=f"batching paths: {args.model} (op graph) on {args.platform}, "
+            f"evaluations/s, ratio to one batched Plan (load {os.getloadavg()[0]:.1f})"
+        )
+        for col in ("path", "B", "evals/s", "x batched Plan", "compile+1st run s"):
+            table.add_column(col, justify="right")
+        for r in vrows:
+            table.add_row(
+                r["path"],
+                str(r["B"]),
+                f"{r['rate']:,.0f}",
+                f"{r['ratio']:.2f}",
+                f"{r['compile_s']:.2f}",
+            )
+        Console(width=130).print(table)
+    # the slowest of the paths every user takes (one batched Plan, vmap over plans, the sweep)
+    common = ("batched Plan", "vmap over plans", "vmap over platforms (sweep)")
+    slowest = min((r for r in vrows if r["path"] in common), key=lambda r: r["rate"], default=None)
     doc = {"benchmark": "cost", "model": args.model, "platform": args.platform,
-           "devices": n_dev, "machine": machine(), "rows": rows}  # fmt: skip
+           "devices": n_dev, "machine": machine(), "rows": rows, "vmap_rows": vrows,
+           "slowest_common_path": slowest}  # fmt: skip
     print("wrote", write_json("cost", doc))
     return doc
 

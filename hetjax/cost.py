@@ -4,11 +4,17 @@ the weight-streaming extension 1.1 (`Platform.weight_bw`; 0 = off = version 1, d
 `evaluate(graph, platform, plan)` simulates the list schedule of SPEC exactly. Plans may carry
 leading batch axes: many plans for one graph and platform are then simulated together in one
 `lax.scan` over ops, with the plans as the fast (last) axis of every array and processed in
-cache-sized chunks. `jax.vmap` over graph, platform or plan also works.
+cache-sized chunks. `jax.vmap` over plans, platforms, graphs, any of their fields, or nestings
+of such vmaps runs the same chunked simulator (a `custom_vmap` rule folds each vmapped axis into
+the plan axis; platform and graph fields then carry a plan axis of their own, gathered chunk
+by chunk) and returns what evaluating each element alone returns. Reverse-mode derivatives
+go through a `custom_vjp` (the plain simulator's), so jax.grad / jacrev work under vmap too;
+forward mode (jvp, jacfwd) is not available.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import NamedTuple
 
@@ -111,52 +117,74 @@ class Metrics:
     unplaceable: jax.Array  # int32[]    number of ops on a device that cannot run them
 
 
+def _col(x, base: int):
+    """A graph or platform field with a trailing plan axis: size 1 when it is shared by every
+    plan (`base` dimensions), C when the simulator was given one per plan (`base + 1`)."""
+    return x if x.ndim > base else x[..., None]
+
+
 def _device_terms(graph: LayerGraph, platform: Platform, placement, batch):
     """Schedule-independent quantities, vectorised over ops and plans (plans on the last axis).
 
     placement int32[N, C], batch f[C] -> run device, duration (s), unplaceable mask ([N, C]).
+    Graph and platform fields are shared by the C plans or carry a trailing plan axis (`_col`).
     Per-device values are picked with one-hot selects over the (few) devices, not gathers:
     XLA fuses a gather into every consumer and recomputes its indices per element.
     """
-    d_max = platform.d_max
-    real = graph.op_mask[:, None]
+    d_max = platform.device_mask.shape[0]
+    real = _col(graph.op_mask, 1)
+    device_mask = _col(platform.device_mask, 1)
     dev = jnp.zeros_like(placement)
     for d in range(1, d_max):  # unreal or out of range -> device 0
-        dev = jnp.where((placement == d) & platform.device_mask[d], d, dev)
-    classes = jnp.arange(platform.peak.shape[-1])[:, None, None]
-    peak_of_op = _select(graph.op_class == classes, platform.peak.T[:, :, None])  # [D, N]
-    peak, b_half, mem_bw, launch, weight_bw = (jnp.zeros(placement.shape, platform.peak.dtype),) * 5
+        dev = jnp.where((placement == d) & device_mask[d], d, dev)
+    op_class, peak_all = _col(graph.op_class, 1), _col(platform.peak, 2)  # [N, .], [D, K, .]
+    if peak_all.shape[-1] == 1 and op_class.shape[-1] == 1:  # shared: one pick per op, device
+        onehot = op_class[None] == jnp.arange(peak_all.shape[1])[:, None, None]  # [K, N, 1]
+        peak_of_op = [_select(onehot, peak_all[d][:, None, :]) for d in range(d_max)]
+    else:  # per plan: a chain of selects over the (few) classes, elementwise
+        peak_of_op = []
+        for d in range(d_max):
+            pick = jnp.zeros(placement.shape, peak_all.dtype)
+            for k in range(peak_all.shape[1]):
+                pick = jnp.where(op_class == k, peak_all[d, k], pick)
+            peak_of_op.append(pick)
+    b_half_all, mem_bw_all = _col(platform.b_half, 1), _col(platform.mem_bw, 1)
+    launch_all, weight_bw_all = _col(platform.launch, 1), _col(platform.weight_bw, 1)
+    dtype = peak_all.dtype
+    peak, b_half, mem_bw, launch, weight_bw = (jnp.zeros(placement.shape, dtype),) * 5
     for d in range(d_max):
         on = dev == d
-        peak = jnp.where(on, peak_of_op[d][:, None], peak)
-        b_half = jnp.where(on, platform.b_half[d], b_half)
-        mem_bw = jnp.where(on, platform.mem_bw[d], mem_bw)
-        launch = jnp.where(on, platform.launch[d], launch)
-        weight_bw = jnp.where(on, platform.weight_bw[d], weight_bw)
+        peak = jnp.where(on, peak_of_op[d], peak)
+        b_half = jnp.where(on, b_half_all[d], b_half)
+        mem_bw = jnp.where(on, mem_bw_all[d], mem_bw)
+        launch = jnp.where(on, launch_all[d], launch)
+        weight_bw = jnp.where(on, weight_bw_all[d], weight_bw)
     unplaceable = real & ((dev != placement) | (peak <= 0))
     safe_peak = jnp.where(peak > 0, peak, 1.0)
-    t_comp = jnp.where(unplaceable, 0.0, graph.flops[:, None] * (batch + b_half) / safe_peak)
+    t_comp = jnp.where(unplaceable, 0.0, _col(graph.flops, 1) * (batch + b_half) / safe_peak)
     # Weight streaming (cost model 1.1): on a device with weight_bw > 0 the weights of every
     # non-EMBED op stream in addition to its compute; otherwise (and always in v1) they are part
     # of the memory term. The where()s leave version 1's arithmetic bit for bit unchanged.
-    stream = (weight_bw > 0) & (graph.op_class[:, None] != EMBED)
-    params = graph.param_bytes[:, None]
-    t_mem = (jnp.where(stream, 0.0, params) + batch * graph.act_bytes[:, None]) / mem_bw
+    stream = (weight_bw > 0) & (op_class != EMBED)
+    params = _col(graph.param_bytes, 1)
+    t_mem = (jnp.where(stream, 0.0, params) + batch * _col(graph.act_bytes, 1)) / mem_bw
     t_weights = jnp.where(stream, params / jnp.where(stream, weight_bw, 1.0), 0.0)
     dur = jnp.where(real, launch + jnp.maximum(t_comp, t_mem) + t_weights, 0.0)
     return dev, dur, unplaceable
 
 
 class _Step(NamedTuple):
-    """Per-op scan input for a chunk of C plans (plans on the last axis)."""
+    """Per-op scan input for a chunk of C plans (plans on the last axis). `.` is 1 where the
+    graph is shared by the C plans, C where each plan has its own (`_col`)."""
 
-    i: jax.Array  # int32[]           op index
-    dev: jax.Array  # int32[C]        device the op runs on
-    dur: jax.Array  # f[C]            op duration, s
-    real: jax.Array  # bool[]         op is real
-    pred: jax.Array  # int32[P]       predecessor indices (clipped to >= 0)
-    active: jax.Array  # bool[P]      predecessor slot active
-    pred_out: jax.Array  # f[P]       output bytes per sample of each predecessor
+    i: jax.Array  # int32[]              op index
+    dev: jax.Array  # int32[C]           device the op runs on
+    dur: jax.Array  # f[C]               op duration, s
+    real: jax.Array  # bool[] or bool[C] op is real
+    pred: jax.Array  # int32[P] or [P, C]  predecessor indices (clipped to >= 0)
+    active: jax.Array  # bool[P] or [P, C] predecessor slot active
+    pred_out: jax.Array  # f[P, .]       output bytes per sample of each predecessor
+    src: jax.Array  # int32[P, C]        device of each predecessor ([P, 0] when not per plan)
 
 
 class _Carry(NamedTuple):
@@ -180,44 +208,73 @@ def _select(onehot, values):
     return jnp.sum(jnp.where(onehot, values, 0.0), axis=0)
 
 
+def _per_op(table, index):
+    """table[index[j, ..., c], c]: rows of a per-op table f[N, C] (or [N, 1], broadcast)
+    picked per plan by index int32[N, P, C]."""
+    n, p, c = index.shape
+    table = jnp.broadcast_to(table, (table.shape[0], c))
+    return jnp.take_along_axis(table, index.reshape(n * p, c), axis=0).reshape(n, p, c)
+
+
 def _simulate_chunk(graph: LayerGraph, platform: Platform, placement, batch):
-    """SPEC metrics for C plans of one graph on one platform. placement int32[N, C], batch f[C].
+    """SPEC metrics for C plans. placement int32[N, C], batch f[C]; every graph and platform
+    field either shared by the C plans or with a trailing plan axis C (`_col`).
 
     Durations are computed for all ops at once; everything else happens in one `lax.scan` over
     ops. The carry holds an arrival table indexed by (producer, device): a producer's own
     device holds its finish time, another device the arrival of its output there, and -1 marks
     a tensor not yet sent, so the first consumer on a device finds it unsent and triggers the
-    transfer (SPEC: once per destination). Predecessor indices are the same for every plan,
-    so each step reads and writes whole rows of the table (no per-plan gather); the link
-    totals are summed in the carry (no [N, P, D*D, C] tensors), the device and memory totals
-    by reductions over ops after the scan (`_device_totals`, shared with the environment).
+    transfer (SPEC: once per destination). When the predecessor indices are shared by the
+    plans (one graph, or graphs of one structure), each step reads and writes whole rows of
+    the table (no per-plan gather); per-plan indices (graphs of different structure) read and
+    write one entry per plan. The link totals are summed in the carry (no [N, P, D*D, C]
+    tensors), the device and memory totals by reductions over ops after the scan
+    (`_device_totals`, shared with the environment).
     """
-    n, p_max, d_max = graph.n_max, graph.p_max, platform.d_max
+    n, p_max, d_max = graph.op_mask.shape[0], graph.preds.shape[1], platform.device_mask.shape[0]
     n_links = d_max * d_max
     c = placement.shape[-1]
     dtype = jnp.result_type(graph.flops.dtype, platform.peak.dtype, batch.dtype)
     batch = batch.astype(dtype)
     dev, dur, unplaceable = _device_terms(graph, platform, placement, batch)
     dur = dur.astype(dtype)
+    per_plan_preds = graph.preds.ndim == 3  # [N, P, C]
+    per_plan_mask = per_plan_preds or graph.op_mask.ndim == 2
     pred = jnp.maximum(graph.preds, 0)
-    active = (graph.preds >= 0) & graph.op_mask[pred] & graph.op_mask[:, None]
+    op_mask = graph.op_mask
+    if per_plan_preds:
+        active = (graph.preds >= 0) & _per_op(_col(op_mask, 1), pred) & _col(op_mask, 1)[:, None]
+        pred_out = _per_op(_col(graph.out_bytes, 1), pred)
+        src_all = _per_op(dev, pred)
+    else:
+        slot = (graph.preds >= 0)[..., None] if per_plan_mask else graph.preds >= 0
+        active = slot & op_mask[pred] & op_mask[:, None, ...]
+        pred_out = _col(graph.out_bytes, 1)[pred]
+        src_all = jnp.zeros((n, p_max, 0), jnp.int32)
     devices = jnp.arange(d_max)[:, None]
     links = jnp.arange(n_links)[:, None]
+    cols = jnp.arange(c)[None, :]
     off_diagonal = ~jnp.eye(d_max, dtype=bool).reshape(n_links, 1)
-    link_latency = platform.link_latency.reshape(n_links, 1).astype(dtype)
+    link_latency = platform.link_latency.reshape(n_links, -1).astype(dtype)
     # the diagonal is never used; a safe 1 there keeps gradients finite
-    link_bw = jnp.where(off_diagonal, platform.link_bw.reshape(n_links, 1), 1.0).astype(dtype)
+    link_bw = jnp.where(off_diagonal, platform.link_bw.reshape(n_links, -1), 1.0).astype(dtype)
 
     def step(carry: _Carry, s: _Step):
         on_dst = devices == s.dev  # [D, C]
 
-        def visit(k, state):  # predecessor slot k (active)
+        def visit(k, state):  # predecessor slot k (active for at least one plan)
             arrival, link_free, link_busy, moved, ready, charged = state
-            src = jax.lax.dynamic_index_in_dim(dev, s.pred[k], axis=0, keepdims=False)
-            rows = jax.lax.dynamic_slice_in_dim(arrival, s.pred[k] * d_max, d_max, axis=0)
+            if per_plan_preds:  # one (producer, device) row per plan: a gather
+                at = s.pred[k] * d_max + devices  # [D, C]
+                rows, src = jnp.take_along_axis(arrival, at, axis=0), s.src[k]
+            else:
+                src = jax.lax.dynamic_index_in_dim(dev, s.pred[k], axis=0, keepdims=False)
+                rows = jax.lax.dynamic_slice_in_dim(arrival, s.pred[k] * d_max, d_max, axis=0)
             known = _select(on_dst, rows)  # arrival on this op's device, -1 if not sent
             finish_p = _select(devices == src, rows)
             send = known < 0
+            if per_plan_mask:
+                send = send & s.active[k]
             on_pair = links == src * d_max + s.dev  # [L, C] the link from src to here
             on_link = on_pair & send
             sent = batch * s.pred_out[k]
@@ -225,23 +282,29 @@ def _simulate_chunk(graph: LayerGraph, platform: Platform, placement, batch):
             x = jnp.where(send, x, 0.0)
             sent_at = jnp.maximum(finish_p, _select(on_link, link_free)) + x
             rows = jnp.where(on_dst & send, sent_at, rows)
+            waited = jnp.maximum(ready, jnp.where(send, sent_at, known))
+            if per_plan_mask:
+                waited = jnp.where(s.active[k], waited, ready)
+            if per_plan_preds:
+                arrival = arrival.at[at, cols].set(rows, unique_indices=True)
+            else:
+                arrival = jax.lax.dynamic_update_slice_in_dim(arrival, rows, s.pred[k] * d_max, 0)
             return (
-                jax.lax.dynamic_update_slice_in_dim(arrival, rows, s.pred[k] * d_max, 0),
+                arrival,
                 jnp.where(on_link, sent_at, link_free),
                 link_busy + jnp.where(on_link, x, 0.0),
                 moved + jnp.where(on_link, sent, 0.0),
-                jnp.maximum(ready, jnp.where(send, sent_at, known)),
+                waited,
                 charged + x,
             )
 
         zero = jnp.zeros((c,), dtype)
         state = (carry.arrival, carry.link_free, carry.link_busy, carry.moved, zero, zero)
         for k in range(p_max):
-            # the slot pattern is the graph's, the same for every plan: most ops have one
-            # predecessor, and a cond skips the second slot's work for all plans at once
-            state = jax.lax.cond(
-                s.active[k], functools.partial(visit, k), lambda state: state, state
-            )
+            # the slot pattern is the graph's: most ops have one predecessor, and a cond skips
+            # the second slot's work for all plans at once
+            live = jnp.any(s.active[k]) if per_plan_mask else s.active[k]
+            state = jax.lax.cond(live, functools.partial(visit, k), lambda state: state, state)
         arrival, link_free, link_busy, moved, ready, charged = state
         fin = jnp.maximum(_select(on_dst, carry.dev_free), ready) + s.dur
         row = jnp.where(on_dst, fin, -1.0)  # own device: finish; others: not sent yet
@@ -270,10 +333,11 @@ def _simulate_chunk(graph: LayerGraph, platform: Platform, placement, batch):
         i=jnp.arange(n),
         dev=dev,
         dur=dur,
-        real=graph.op_mask,
+        real=op_mask,
         pred=pred,
         active=active,
-        pred_out=graph.out_bytes[pred].astype(dtype),
+        pred_out=pred_out.astype(dtype),
+        src=src_all,
     )
     out, op_time = jax.lax.scan(step, init, xs)
     return _reduce_metrics(
@@ -289,9 +353,9 @@ def _metrics(graph, platform, batch, dev, dur, unplaceable, finish, charged, lin
     dev int32[N, C] (device the op runs on), dur/finish/charged f[N, C] (charged = transfer time
     the op triggered), link_busy/moved f[D, D, C]. The environment's terminal metrics use it.
     """
-    real = graph.op_mask[:, None]
+    real = _col(graph.op_mask, 1)
     return _reduce_metrics(
-        graph, platform, batch, **_device_totals(graph, dev, dur, platform.d_max),
+        graph, platform, batch, **_device_totals(graph, dev, dur, platform.device_mask.shape[0]),
         link_busy=link_busy, moved=moved,
         latency=jnp.max(jnp.where(real, finish, 0.0), axis=0, initial=0.0),
         op_time=jnp.where(real, dur + charged, 0.0),
@@ -303,15 +367,29 @@ def _device_totals(graph, dev, dur, d_max: int) -> dict:
     """Per device (dev int32[N, C] run device, dur f[N, C] s): busy time (s), weight bytes and
     the largest activation bytes per sample of its real ops ([D, C] each). One code path for
     `evaluate` and the environment, so both sum in the same order."""
-    real = graph.op_mask[:, None]
+    real = _col(graph.op_mask, 1)
+    param_bytes, act_bytes = _col(graph.param_bytes, 1), _col(graph.act_bytes, 1)
     busy, params, act = [], [], []
     for d in range(d_max):  # one reduction over ops per device: no [N, D, C] intermediate
         on = dev == d
-        busy.append(jnp.sum(jnp.where(on, dur, 0.0), axis=0))
+        busy.append(_sum_tree(jnp.where(on, dur, 0.0)))
         on = on & real
-        params.append(jnp.sum(jnp.where(on, graph.param_bytes[:, None], 0.0), axis=0))
-        act.append(jnp.max(jnp.where(on, graph.act_bytes[:, None], 0.0), axis=0))
+        params.append(_sum_tree(jnp.where(on, param_bytes, 0.0)))
+        act.append(jnp.max(jnp.where(on, act_bytes, 0.0), axis=0))
     return dict(busy=jnp.stack(busy), params=jnp.stack(params), act=jnp.stack(act))
+
+
+def _sum_tree(x):
+    """Sum over axis 0 by halving (pairwise, zero-padded to a power of two): the same order of
+    additions for any number of plans on the other axes. XLA's own reduction associates
+    differently for one plan and for many, so a vmapped or batched evaluation would differ in
+    the last bit from the evaluation of each plan alone."""
+    while x.shape[0] > 1:
+        if x.shape[0] % 2:
+            x = jnp.concatenate([x, jnp.zeros((1,) + x.shape[1:], x.dtype)])
+        half = x.shape[0] // 2
+        x = x[:half] + x[half:]
+    return x[0]
 
 
 def _sum_unrolled(x):
@@ -335,15 +413,24 @@ def _reduce_metrics(
     f[D, D, C], latency f[C] (latest finish, s), op_time f[N, C] (duration + triggered
     transfers of each real op, s), n_unplaceable int[C].
     """
-    d_max, m_max = platform.d_max, graph.m_max
+    d_max, m_max = platform.device_mask.shape[0], graph.block_mask.shape[0]
     # Block times: a segment sum per block (a difference of float32 prefix sums would lose a
-    # small block that follows a large one).
-    block_time = jax.ops.segment_sum(op_time, graph.block, num_segments=m_max)  # [M, C]
-    bmask = graph.block_mask[:, None]
+    # small block that follows a large one); a scatter-add when each plan has its own blocks.
+    if graph.block.ndim == 1:
+        block_time = jax.ops.segment_sum(op_time, graph.block, num_segments=m_max)  # [M, C]
+    else:
+        cols = jnp.arange(op_time.shape[-1])[None, :]
+        block_time = jnp.zeros((m_max,) + op_time.shape[1:], op_time.dtype)
+        block_time = block_time.at[graph.block, cols].add(op_time)
+    bmask = _col(graph.block_mask, 1)
     block_time = jnp.where(bmask, block_time, 0.0)
-    n_blocks = jnp.maximum(jnp.sum(graph.block_mask), 1)
-    mean = jnp.sum(block_time, axis=0) / n_blocks
-    var = jnp.sum(jnp.where(bmask, (block_time - mean) ** 2, 0.0), axis=0) / n_blocks
+    n_blocks = jnp.maximum(jnp.sum(graph.block_mask, axis=0), 1).astype(block_time.dtype)
+    # XLA turns a division by one broadcast number into a product with its reciprocal (for
+    # many plans, not for one: a plan's result would then depend on how many it ran with); a
+    # divisor behind a barrier stays a true division
+    n_blocks = jax.lax.optimization_barrier(jnp.broadcast_to(n_blocks, block_time.shape[1:]))
+    mean = _sum_tree(block_time) / n_blocks
+    var = _sum_tree(jnp.where(bmask, (block_time - mean) ** 2, 0.0)) / n_blocks
     layer_time_std = jnp.sqrt(var)
 
     total_link = _sum_unrolled(link_busy)
@@ -351,9 +438,9 @@ def _reduce_metrics(
     bottleneck = jnp.maximum(jnp.max(busy, axis=0), jnp.max(link_busy, axis=(0, 1)))
     throughput = jnp.where(bottleneck > 0, batch / jnp.where(bottleneck > 0, bottleneck, 1.0), 0.0)
 
-    dmask = platform.device_mask[:, None]
+    dmask = _col(platform.device_mask, 1)
     mem_used = params + batch * act  # [D, C]
-    fits = jnp.all(~dmask | (mem_used <= platform.mem_capacity[:, None]), axis=0)
+    fits = jnp.all(~dmask | (mem_used <= _col(platform.mem_capacity, 1)), axis=0)
     n_unplaceable = n_unplaceable.astype(jnp.int32)
     feasible = fits & (n_unplaceable == 0)
 
@@ -361,10 +448,10 @@ def _reduce_metrics(
     energy = _sum_unrolled(
         jnp.where(
             dmask,
-            platform.p_busy[:, None] * busy + platform.p_idle[:, None] * (latency - busy),
+            _col(platform.p_busy, 1) * busy + _col(platform.p_idle, 1) * (latency - busy),
             0.0,
         )
-    ) + _sum_unrolled(jnp.where(pair, platform.link_energy[..., None] * moved, 0.0))
+    ) + _sum_unrolled(jnp.where(pair, _col(platform.link_energy, 2) * moved, 0.0))
 
     inf = jnp.asarray(jnp.inf, latency.dtype)
     return Metrics(
@@ -388,21 +475,183 @@ def _plans_last(tree):
     return jax.tree.map(lambda x: jnp.moveaxis(x, -1, 0), tree)
 
 
+# Dimensions of each field of one graph / platform / plan. A field given to `_run` with one
+# more (leading) dimension holds rows that plans pick through an index (`_Groups`).
+_NDIM = {
+    LayerGraph: {f.name: 2 if f.name == "preds" else 1 for f in dataclasses.fields(LayerGraph)},
+    Platform: {
+        f.name: 2 if f.name in ("peak", "link_bw", "link_latency", "link_energy") else 1
+        for f in dataclasses.fields(Platform)
+    },
+    Plan: {"placement": 1, "batch": 0},
+}
+
+
+def _fields(obj) -> dict:
+    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+
+
+def _stacked(obj) -> dict:
+    """Field name -> whether it holds rows (one more dimension than one graph / platform / plan)."""
+    ndim = _NDIM[type(obj)]
+    return {k: jnp.ndim(x) > ndim[k] for k, x in _fields(obj).items()}
+
+
+_STRUCTURE = ("preds", "op_mask", "block", "block_mask")  # the schedule's shape
+
+
+def _run(chunk, graph, platform, plan, graph_idx, platform_idx, plan_idx):
+    """`_run_chunks`, with graph rows of one structure (graphs that differ in sizes only, such
+    as one model at several sequence lengths) simulated with their structure shared: the scan
+    then reads whole rows of its table, as for one graph, instead of one entry per plan."""
+    stacked = _stacked(graph)
+    rows = [k for k in _STRUCTURE if stacked[k]]
+    args = (platform, plan, graph_idx, platform_idx, plan_idx)
+    if not rows:
+        return _run_chunks(chunk, graph, *args)
+    same = functools.reduce(
+        jnp.logical_and, [jnp.all(getattr(graph, k) == getattr(graph, k)[:1]) for k in rows]
+    )
+    shared = graph.replace(**{k: getattr(graph, k)[0] for k in rows})
+    return jax.lax.cond(
+        same,
+        lambda: _run_chunks(chunk, shared, *args),
+        lambda: _run_chunks(chunk, graph, *args),
+    )
+
+
+def _run_chunks(chunk, graph, platform, plan, graph_idx, platform_idx, plan_idx):
+    """Metrics (leading axis B) of B plans, simulated in chunks of `chunk` with plans last.
+
+    Each of graph, platform and plan is a group of fields. A field of one graph / platform is
+    shared by every plan; a field with one more, leading, axis holds R rows, and plan b uses
+    row idx[b] of its group (idx int32[B]; None: row b, R = B). The plan's fields always hold
+    rows. Rows are gathered chunk by chunk, so a sweep (one plan, B platforms) never builds
+    B copies of the plan, nor a grid of plans x graphs B copies of the graph.
+    """
+    groups = ((graph, graph_idx), (platform, platform_idx), (plan, plan_idx))
+    b = plan.batch.shape[0] if plan_idx is None else plan_idx.shape[0]
+    c = min(b, chunk)
+    n_chunks = -(-b // c)
+    pad = n_chunks * c - b
+    fill = {"placement": 0, "batch": 1.0}  # padding plans: all on device 0, batch 1
+    mapped = []  # per group: {field: [K, ..., C] rows in chunk order} or {"idx": [K, C]}
+    for obj, idx in groups:
+        stacked, part = _stacked(obj), {}
+        for k, x in _fields(obj).items():
+            if not stacked[k]:
+                continue
+            if idx is None:  # rows in plan order: chunked as they are
+                width = ((0, pad),) + ((0, 0),) * (x.ndim - 1)
+                x = jnp.pad(x, width, constant_values=fill[k]) if k in fill else (
+                    jnp.pad(x, width, mode="edge"))  # fmt: skip
+                part[k] = jnp.moveaxis(x.reshape((n_chunks, c) + x.shape[1:]), 1, -1)
+        if idx is not None:
+            part["idx"] = jnp.pad(idx.astype(jnp.int32), (0, pad)).reshape(n_chunks, c)
+        mapped.append(part)
+
+    def one_chunk(mapped):
+        args, picked = [], {}
+        for (obj, _), part in zip(groups, mapped, strict=True):
+            stacked, fields = _stacked(obj), _fields(obj)
+            for k in fields:
+                if k in part:
+                    picked[(len(args), k)] = part[k]
+                elif stacked[k]:  # rows picked by the index, plans last
+                    picked[(len(args), k)] = jnp.moveaxis(fields[k][part["idx"]], 0, -1)
+            args.append(fields)
+        # gathered once per chunk: XLA would otherwise fuse each gather into every consumer
+        picked = jax.lax.optimization_barrier(picked)
+        for (i, k), x in picked.items():
+            args[i][k] = x
+        args = [obj.replace(**f) for (obj, _), f in zip(groups, args, strict=True)]
+        g, p, x = args
+        return _simulate_chunk(g, p, x.placement, x.batch)
+
+    if n_chunks == 1:
+        return _plans_last(one_chunk(jax.tree.map(lambda x: x[0], mapped)))
+    out = jax.lax.map(one_chunk, mapped)
+    out = jax.tree.map(lambda x: jnp.moveaxis(x, -1, 1), out)  # [K, C, ...]
+    return jax.tree.map(lambda x: x.reshape((n_chunks * c,) + x.shape[2:])[:b], out)
+
+
+def _fold(a, b, obj, batched, idx, idx_batched):
+    """One group after a vmap of size `a`: the vmapped axis joins the plans (a * b of them).
+
+    Returns the group's fields and index for `_run`. Shared fields that are not vmapped stay
+    shared; vmapped ones and rows become rows (a * R of them), and plan (i, j) reads row
+    i * R + idx[j]. A group that is not vmapped keeps its rows and repeats its index.
+    """
+    fields, ndim = _fields(obj), _NDIM[type(obj)]
+    on = {k: bool(getattr(batched, k)) for k in fields}
+    stacked = {k: jnp.ndim(x) - on[k] > ndim[k] for k, x in fields.items()}
+    rows = next((x.shape[int(on[k])] for k, x in fields.items() if stacked[k]), None)
+    if not any(on.values()) and not idx_batched:
+        if rows is None:
+            return obj, None
+        return obj, jnp.tile(jnp.arange(b, dtype=jnp.int32) if idx is None else idx, a)
+    new = {}
+    for k, x in fields.items():
+        if stacked[k]:
+            x = x if on[k] else jnp.broadcast_to(x, (a,) + x.shape)
+            new[k] = x.reshape((a * rows,) + x.shape[2:])
+        elif on[k] and rows is not None:  # one value per vmapped entry, repeated over rows
+            x = jnp.broadcast_to(x[:, None], (a, rows) + x.shape[1:])
+            new[k] = x.reshape((a * rows,) + x.shape[2:])
+        else:  # shared, or one row per vmapped entry
+            new[k] = x
+    if rows is None:  # entry i's row is i; with one plan per entry, plan i's
+        idx = None if b == 1 else jnp.repeat(jnp.arange(a, dtype=jnp.int32), b)
+        return obj.replace(**new), idx
+    if idx is None and not idx_batched:  # row j of entry i is plan i * b + j
+        return obj.replace(**new), None
+    base = jnp.arange(b, dtype=jnp.int32) if idx is None else idx.astype(jnp.int32)
+    return obj.replace(**new), (jnp.arange(a, dtype=jnp.int32)[:, None] * rows + base).ravel()
+
+
+def _vmap_rule(chunk, a, in_batched, graph, platform, plan, *indices):
+    """`jax.vmap` of `_run`: fold the vmapped axis into the plans and run once (a nested vmap
+    folds again, one level at a time), instead of batching the scan's per-op work."""
+    plan_idx = indices[2]
+    b = plan.batch.shape[-1] if plan_idx is None else plan_idx.shape[-1]
+    folded = [
+        _fold(a, b, obj, flags, idx, bool(idx_flag))
+        for obj, flags, idx, idx_flag in zip(
+            (graph, platform, plan), in_batched[:3], indices, in_batched[3:], strict=True
+        )
+    ]
+    (g, gi), (p, pi), (x, xi) = folded
+    out = _core(chunk)(g, p, x, gi, pi, xi)
+    out = jax.tree.map(lambda y: y.reshape((a, b) + y.shape[1:]), out)
+    return out, jax.tree.map(lambda _: True, out)
+
+
+def _fwd(chunk, *args):
+    return _core(chunk)(*args), args
+
+
+def _bwd(chunk, args, cotangents):
+    """Reverse mode of the plain simulator (a custom_vmap function has none of its own); it
+    runs the forward simulation again. (A custom_jvp here would keep forward mode too, but its
+    rule's inputs pass a stop_gradient that reverse mode cannot transpose inside lax.scan.)"""
+    return jax.vjp(functools.partial(_run, chunk), *args)[1](cotangents)
+
+
+@functools.cache
+def _core(chunk: int):
+    """`_run` for one chunk size, with its vmap rule and derivatives."""
+    run = jax.custom_batching.custom_vmap(functools.partial(_run, chunk))
+    run.def_vmap(functools.partial(_vmap_rule, chunk))
+    core = jax.custom_vjp(run)
+    core.defvjp(functools.partial(_fwd, chunk), functools.partial(_bwd, chunk))
+    return core
+
+
 @functools.partial(jax.jit, static_argnames=("chunk",))
 def _evaluate_flat(graph, platform, placement, batch, chunk):
     """placement int32[B, N], batch f[B] -> Metrics with leading axis B."""
-    b = placement.shape[0]
-    if b <= chunk:
-        return _plans_last(_simulate_chunk(graph, platform, placement.T, batch))
-    n_chunks = -(-b // chunk)
-    pad = n_chunks * chunk - b
-    placement = jnp.pad(placement, ((0, pad), (0, 0)))
-    batch = jnp.pad(batch, (0, pad), constant_values=1.0)
-    placement = placement.reshape(n_chunks, chunk, -1).transpose(0, 2, 1)  # [K, N, C]
-    batch = batch.reshape(n_chunks, chunk)
-    out = jax.lax.map(lambda xs: _simulate_chunk(graph, platform, *xs), (placement, batch))
-    out = jax.tree.map(lambda x: jnp.moveaxis(x, -1, 1), out)  # [K, C, ...]
-    return jax.tree.map(lambda x: x.reshape((n_chunks * chunk,) + x.shape[2:])[:b], out)
+    plan = Plan(placement=placement, batch=batch)
+    return _core(chunk)(graph, platform, plan, None, None, None)
 
 
 def evaluate(
@@ -412,7 +661,9 @@ def evaluate(
 
     Pure and jittable. `plan` may have leading batch axes (many plans for this graph and
     platform, simulated together in chunks of `chunk` plans); the result then has the same
-    leading axes. Differentiable w.r.t. the platform's float fields.
+    leading axes. Differentiable w.r.t. the platform's float fields. `jax.vmap` over graph,
+    platform, plan (or any mix, nested) runs the chunked simulator of a batched plan; rates
+    of every path are in docs/performance.md.
 
     Concrete inputs are validated first (graph, platform and batch: `GraphError`,
     `PlatformError`, `PlanError`); traced ones (inside jit / vmap) only by shape.
