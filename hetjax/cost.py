@@ -431,7 +431,10 @@ def _reduce_metrics(
     n_blocks = jax.lax.optimization_barrier(jnp.broadcast_to(n_blocks, block_time.shape[1:]))
     mean = _sum_tree(block_time) / n_blocks
     var = _sum_tree(jnp.where(bmask, (block_time - mean) ** 2, 0.0)) / n_blocks
-    layer_time_std = jnp.sqrt(var)
+    # sqrt's derivative is infinite at 0 (one block, equal blocks): the custom_vjp hands the
+    # backward pass zero cotangents for unused outputs, and 0 * inf would be NaN
+    pos = var > 0
+    layer_time_std = jnp.where(pos, jnp.sqrt(jnp.where(pos, var, 1.0)), 0.0)
 
     total_link = _sum_unrolled(link_busy)
     transfer_share = jnp.where(latency > 0, total_link / jnp.where(latency > 0, latency, 1.0), 0.0)
