@@ -10,8 +10,9 @@ benchmarks/results/*.json (the benchmarks), docs/results/demo/report.json (`make
 runs/demo/report.json), docs/results/compare/PRESET/compare.json (`hetjax compare --out`),
 docs/results/onnx_exact.json (`scripts/onnx_exact.py --out`) and docs/fidelity/*.json
 (`hetjax fidelity --out`) and docs/results/cosearch/cosearch.csv (`hetjax sweep
-examples/sweep_cosearch_bert_edge.toml --out docs/results/cosearch`). Every number is formatted here, in one place;
-tests/test_readme.py checks README.md against this module, cell by cell.
+examples/sweep_cosearch_bert_edge.toml --out docs/results/cosearch`). Every number is
+formatted here, in one place; tests/test_readme.py checks README.md against this module,
+cell by cell.
 """
 
 from __future__ import annotations
