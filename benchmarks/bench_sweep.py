@@ -15,6 +15,7 @@ every run gives the same table. Writes benchmarks/results/sweep_n<N>.json.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import time
@@ -70,6 +71,7 @@ def main(argv=None) -> None:
     configs = args.n * len(spec.weights)
     rows, tables = [], []
     for w in (int(x) for x in args.workers.split(",")):
+        load_before = os.getloadavg()  # `uptime`'s load averages: the machine is shared
         with tempfile.TemporaryDirectory() as tmp:
             t0 = time.perf_counter()
             table = hj.sweep.run(spec, Path(tmp) / "out", workers=w, progress=False)
@@ -79,6 +81,7 @@ def main(argv=None) -> None:
         per = table["wall_s"].to_numpy()
         rows.append({
             "workers": w, "ray": w > 1, "wall_s": wall, "configs_per_s": configs / wall,
+            "load_avg_before": list(load_before), "load_avg_after": list(os.getloadavg()),
             "projected_10k_s": wall * 10000 / args.n,
             "method_s": {m: float(per[methods == m].sum()) for m in dict.fromkeys(methods)},
         })  # fmt: skip

@@ -21,9 +21,12 @@ devices whose memory would overflow (SPEC mem_used: weights + batch * largest ac
 falling back to every legal device when none fits; the fixed rules (all_on, static_rule,
 round_robin) do not, and rely on the batch selection to avoid infeasible batches.
 
-All strategies are pure: `batches`, `weights` and sizes (k, population, ...) are static
-(hashable), everything else may be traced. Each is a thin host wrapper (argument checks) around
-jitted pieces, so it runs fast eagerly, under `jax.jit`, and vmapped over platforms:
+All strategies are pure: `batches` and sizes (k, population, ...) are static (hashable),
+everything else may be traced, `weights` included: the score weights are a traced f32[3]
+inside every jitted piece, so one compilation serves every weight setting, and a strategy
+may be vmapped over weights too (`in_axes` over a stacked f32[W, 3] of weights). Each is a
+thin host wrapper (argument checks) around jitted pieces, so it runs fast eagerly, under
+`jax.jit`, and vmapped over platforms:
 `jax.vmap(strategy, in_axes=(None, None, 0, None))(key, graph, sampled_platforms, batches)`.
 Candidates are scored by `candidate_scores`, which pads their count to a multiple of 32 rows:
 called eagerly, every strategy with fewer than 32 candidates (all but the searches at their
@@ -42,7 +45,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from hetjax._validation import check_graph_and_platform
+from hetjax._validation import check_graph_and_platform, check_weights, traced
 from hetjax.cost import (
     DEFAULT_CHUNK,
     DEFAULT_WEIGHTS,
@@ -180,10 +183,11 @@ def _chunk(rows: int) -> int:
     return math.ceil(rows / n_chunks)
 
 
-@functools.partial(jax.jit, static_argnames=("weights",))
+@jax.jit
 def _scores_rows(graph, platform, block_placement, batch, weights):
-    """Scores f32[R] of R block placements int32[R, M] at batches f32[R]; the last row is
-    replaced by the reference plan, whose metrics normalise every score."""
+    """Scores f32[R] of R block placements int32[R, M] at batches f32[R] (weights f32[3],
+    traced); the last row is replaced by the reference plan, whose metrics normalise every
+    score."""
     ref = reference_plan(graph)
     plans = Plan.from_blocks(graph, block_placement, batch)
     plans = Plan(
@@ -215,7 +219,12 @@ def _padded_scores(graph, platform, block_placement, batch, weights):
     bp = jnp.asarray(block_placement)
     c = bp.shape[0]
     bp, batch = _pad_rows(bp, jnp.asarray(batch), _rows(c))
-    return bp, batch, _scores_rows(graph, platform, bp, batch, tuple(float(w) for w in weights))
+    return bp, batch, _scores_rows(graph, platform, bp, batch, _weight_array(weights))
+
+
+def _weight_array(weights) -> jax.Array:
+    """(alpha, beta, gamma) as f32[3]: the traced argument of every jitted piece."""
+    return jnp.asarray(weights, jnp.float32)
 
 
 def candidate_scores(
@@ -226,8 +235,9 @@ def candidate_scores(
     -inf marks an infeasible candidate. The reference plan (all on device 0, b_ref = 1) is
     simulated in the same batched call, and C is padded to a multiple of 32 rows, so that every
     strategy with up to 31 candidates shares one compiled simulation. Pure and jittable
-    (`weights` static).
+    (`weights` may be traced: one compilation serves every weight setting).
     """
+    check_weights(weights, "candidate_scores")
     c = jnp.shape(block_placement)[0]
     return _padded_scores(graph, platform, block_placement, batch, weights)[2][:c]
 
@@ -238,15 +248,17 @@ def select_best(
     """Best of C candidates by SPEC score: block placements int32[C, M], batches f32[C].
 
     Returns (op-level `Plan` of the winner, its score f32[]; -inf if no candidate is feasible,
-    and then the first candidate). Pure and jittable (`weights` static).
+    and then the first candidate). Pure and jittable (`weights` may be traced).
     """
+    check_weights(weights, "select_best")
     c = jnp.shape(block_placement)[0]
     bp, batch, s = _padded_scores(graph, platform, block_placement, batch, weights)
     return _pick(graph, bp, batch, s, c)
 
 
-def _check(name: str, batches, weights) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """Host-side checks of the static arguments; returns them as hashable tuples of floats."""
+def _check(name: str, batches, weights) -> tuple[tuple[float, ...], jax.Array]:
+    """Host-side checks of the arguments: (batches as a hashable tuple of floats, the
+    weights as f32[3], traced or not; concrete weights are checked here)."""
     try:
         b = tuple(float(x) for x in batches)
     except TypeError:
@@ -255,6 +267,11 @@ def _check(name: str, batches, weights) -> tuple[tuple[float, ...], tuple[float,
         ) from None
     if not b or not all(math.isfinite(x) and x >= 1 for x in b):
         raise PlanError(f"{name}: batches = {batches!r}: need at least one batch, each >= 1")
+    if traced(weights):
+        if jnp.shape(weights) != (3,):
+            raise PlanError(f"{name}: weights of shape {jnp.shape(weights)}: need (alpha, beta, "
+                            "gamma)")  # fmt: skip
+        return b, _weight_array(weights)
     try:
         w = tuple(float(x) for x in weights)
     except (TypeError, ValueError):
@@ -263,7 +280,7 @@ def _check(name: str, batches, weights) -> tuple[tuple[float, ...], tuple[float,
         raise PlanError(f"{name}: weights = {weights!r}: need (alpha, beta, gamma)")
     if not all(math.isfinite(x) for x in w):
         raise PlanError(f"{name}: weights = {weights!r}: must be finite")
-    return b, w
+    return b, _weight_array(w)
 
 
 # --- per-batch rules ---------------------------------------------------------------------------
@@ -548,7 +565,7 @@ class _CemState(NamedTuple):
 
 @functools.partial(
     jax.jit,
-    static_argnames=("batches", "weights", "population", "iterations", "elite_frac", "smoothing"),
+    static_argnames=("batches", "population", "iterations", "elite_frac", "smoothing"),
 )
 def _cem(key, graph, platform, batches, weights, population, iterations, elite_frac, smoothing):
     legal = block_legal(graph, platform).astype(jnp.float32)  # [M, D]

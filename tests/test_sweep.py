@@ -266,8 +266,10 @@ def test_resume_after_a_kill_gives_the_same_table(small_run, tmp_path, monkeypat
         m.setattr(sweep_run, "_write_shard", write_then_die)
         with pytest.raises(_Killed):
             hj.sweep.run(spec, out, workers=1, progress=False)
+    # the shards of one platform range run together (every weight setting): 0 and 3
+    assert written == [0, 3]
     assert sorted(p.name for p in (out / "shards").iterdir()) == [
-        "shard-00000.parquet", "shard-00001.parquet"]  # fmt: skip
+        "shard-00000.parquet", "shard-00003.parquet"]  # fmt: skip
     with pytest.raises(hj.SpecError, match="--resume"):  # no silent overwrite
         hj.sweep.run(spec, out, workers=1, progress=False)
     redone = []
@@ -275,7 +277,7 @@ def test_resume_after_a_kill_gives_the_same_table(small_run, tmp_path, monkeypat
                         lambda path, i, cols: (redone.append(i), real(path, i, cols)))  # fmt: skip
     again = hj.sweep.run(spec, out, workers=1, resume=True, progress=False)
     assert _same(again, table)
-    assert sorted(redone) == list(range(2, 6))  # the finished shards were skipped
+    assert sorted(redone) == [1, 2, 4, 5]  # the finished shards were skipped
     with pytest.raises(hj.SpecError, match="different sweep"):
         hj.sweep.run(spec, out, workers=1, resume=True, shard_size=3, progress=False)
 
@@ -358,3 +360,40 @@ def test_a_platform_the_reference_plan_does_not_fit_is_refused_before_any_work(t
     with pytest.raises(hj.SpecError, match=r"models\[0\] \(bert-tiny\).*#1.*reference plan"):
         hj.sweep.run(spec, tmp_path / "out", workers=1, progress=False)
     assert not (tmp_path / "out").exists()  # nothing written
+
+
+def test_weight_settings_share_one_compilation_and_match_one_at_a_time(tmp_path, monkeypatch):
+    """Issue #21: the weights are traced, so a sweep over 2 weight settings traces each
+    baseline once (one vmapped call over weights x platforms), and its rows are those of the
+    sweeps over one weight setting at a time."""
+    import functools
+
+    from hetjax import baselines
+
+    doc = {**SMALL, "methods": ["all_gpu", "greedy_eft", "random_search", "cem"],
+           "platforms": [{"preset": "edge"}, {"sample": "edge", "n": 2, "spread": 3.0}],
+           "overrides": []}  # fmt: skip
+    traces: dict[str, int] = {}
+
+    def counted(name, fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            traces[name] = traces.get(name, 0) + 1  # runs only while jit traces it
+            return fn(*args, **kwargs)
+
+        return wrapper
+
+    for name in doc["methods"]:
+        monkeypatch.setitem(baselines.STRATEGIES, name, counted(name, baselines.STRATEGIES[name]))
+    sweep_run._strategy_fn.cache_clear()
+    try:
+        both = hj.sweep.run(hj.sweep.parse(doc), tmp_path / "both", workers=1, progress=False)
+    finally:
+        sweep_run._strategy_fn.cache_clear()
+    assert traces == {name: 1 for name in doc["methods"]}
+    assert both.num_rows == 2 * 3 * 4
+    alpha = both["alpha"].to_numpy()
+    for i, w in enumerate(SMALL["weights"]):
+        one = hj.sweep.run(hj.sweep.parse({**doc, "weights": [w]}), tmp_path / f"w{i}",
+                           workers=1, progress=False)  # fmt: skip
+        assert _same(both.filter(alpha == w[0]), one), w

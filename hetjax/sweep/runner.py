@@ -8,10 +8,18 @@ count. The configurations of one (seed, batch set, weights, model) are cut into 
 `OUT/shards/shard-NNNNN.parquet` atomically (`hetjax.io`) as soon as it is done, so a killed
 sweep loses only the shards in flight and `resume=True` skips the finished ones.
 
+The shards of one (seed, batch set, model, platform range) that differ only in their
+weights run together (`run_shards`): each baseline runs once for the platforms and every
+weight setting of the sweep, vmapped over weights x platforms (the weights are a traced
+argument of the baselines: one compilation serves them all, and the plans a rule builds and
+the candidates a search simulates are shared by the weight settings, which only score them).
+
 Results do not depend on the shard size or the number of workers: each platform's random key
-is `fold_in(fold_in(key(seed), method), platform index)`, and every jitted call sees the same
-fixed number of platforms (`PLATFORM_CHUNK`, the last chunk padded with copies), so it is the
-same compiled program on the same numbers. Only `wall_s` (seconds) varies from run to run.
+is `fold_in(fold_in(key(seed), method), platform index)`, every jitted call sees the same
+fixed number of platforms (`chunk_size` of the sweep's platform count, at most
+`PLATFORM_CHUNK`; the last chunk padded with copies) and the baselines always run over all
+the sweep's weight settings, so it is the same compiled program on the same numbers. Only
+`wall_s` (seconds) varies from run to run.
 """
 
 from __future__ import annotations
@@ -35,15 +43,25 @@ from hetjax.sweep.spec import SweepSpec
 __all__ = [
     "Shard",
     "PLATFORM_CHUNK",
+    "chunk_size",
     "platforms_of",
     "shards_of",
     "prepare",
     "run_shard",
+    "run_shards",
     "run",
     "summary",
 ]
 
-PLATFORM_CHUNK = 32  # platforms per jitted call (fixed: results independent of shard size)
+PLATFORM_CHUNK = 64  # most platforms per jitted call (see `chunk_size`)
+
+
+def chunk_size(n_platforms: int) -> int:
+    """Platforms per jitted call of a sweep over `n_platforms` platforms (per seed): the
+    smallest power of two >= n_platforms, at most `PLATFORM_CHUNK`. It depends on the sweep
+    only (never on the shard size or the workers), so the results do not either; shards of
+    a multiple of it waste no padded work."""
+    return min(PLATFORM_CHUNK, 1 << max(int(n_platforms) - 1, 0).bit_length())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,31 +197,36 @@ def _eval_fn():
 
 
 @functools.cache
-def _strategy_fn(name: str, batches: tuple, weights: tuple):
+def _strategy_fn(name: str, batches: tuple):
+    """Strategy `name` over weights f32[W, 3] x (keys, platforms)[C]: Plan with axes [W, C].
+    Weight-independent work (a rule's placements, a search's candidate metrics) is done once
+    for all W (vmap leaves it unbatched); only CEM, whose samples follow the scores, repeats."""
     from hetjax.baselines import STRATEGIES
 
     s = STRATEGIES[name]
-    return jax.jit(jax.vmap(lambda k, g, p: s(k, g, p, batches, weights=weights),
-                            in_axes=(0, None, 0)))  # fmt: skip
+    over_p = jax.vmap(lambda k, g, p, w: s(k, g, p, batches, weights=w),
+                      in_axes=(0, None, 0, None))  # fmt: skip
+    return jax.jit(jax.vmap(over_p, in_axes=(None, None, None, 0)))
 
 
-def _chunks(n: int):
-    for lo in range(0, n, PLATFORM_CHUNK):
-        yield lo, min(lo + PLATFORM_CHUNK, n)
+def _chunks(n: int, chunk: int):
+    for lo in range(0, n, chunk):
+        yield lo, min(lo + chunk, n)
 
 
-def _take(tree, lo: int, hi: int):
-    """Rows lo..hi of a stacked tree, padded to PLATFORM_CHUNK rows with copies of the last."""
-    idx = np.minimum(np.arange(lo, lo + PLATFORM_CHUNK), hi - 1)
+def _take(tree, lo: int, hi: int, chunk: int):
+    """Rows lo..hi of a stacked tree, padded to `chunk` rows with copies of the last."""
+    idx = np.minimum(np.arange(lo, lo + chunk), hi - 1)
     return jax.tree.map(lambda x: jnp.asarray(x)[idx], tree)
 
 
-def _evaluate(graph, platforms, plans, weights):
+def _evaluate(graph, platforms, plans, weights, chunk: int):
     """Metrics (host numpy) and scores of one plan per platform, in fixed-size chunks."""
     n = int(np.shape(platforms.mem_bw)[0])
     parts = []
-    for lo, hi in _chunks(n):
-        m, s = _eval_fn()(graph, _take(platforms, lo, hi), _take(plans, lo, hi), weights)
+    for lo, hi in _chunks(n, chunk):
+        m, s = _eval_fn()(graph, _take(platforms, lo, hi, chunk), _take(plans, lo, hi, chunk),
+                          jnp.asarray(weights, jnp.float32))  # fmt: skip
         parts.append(jax.tree.map(lambda x, k=hi - lo: np.asarray(x)[:k], (m, s)))
     return jax.tree.map(lambda *xs: np.concatenate(xs), *parts)
 
@@ -218,9 +241,9 @@ def _block_devices(graph, placement) -> list[str]:
     return ["".join(map(str, r)) for r in digits.tolist()]
 
 
-def _rows(graph, platforms, plans, weights, method, wall, sims, d_max):
+def _rows(graph, platforms, plans, weights, method, wall, sims, d_max, chunk):
     """Columns of one method's rows (one per platform)."""
-    m, score = _evaluate(graph, platforms, plans, weights)
+    m, score = _evaluate(graph, platforms, plans, weights, chunk)
     busy = m.busy[:, :d_max]
     total = busy.sum(axis=1, keepdims=True)
     share = np.where(total > 0, busy / np.where(total > 0, total, 1.0), 0.0)
@@ -251,17 +274,20 @@ def _keys(seed: int, method: int, index: np.ndarray):
     return jax.vmap(lambda i: jax.random.fold_in(base, i))(jnp.asarray(index, jnp.uint32))
 
 
-def _baseline(name, graph, platforms, index, shard: Shard, method_id: int):
-    fn = _strategy_fn(name, shard.batches, shard.weights)
+def _baseline(name, graph, platforms, index, shard: Shard, weights, method_id: int, chunk):
+    """Plans of baseline `name` on the shard's platforms for every weight setting in
+    `weights` (host arrays with axes [W, n]) and the wall time of the whole call."""
+    fn = _strategy_fn(name, shard.batches)
     keys = _keys(shard.seed, method_id, index)
+    w = jnp.asarray(weights, jnp.float32)
     n = len(index)
     t0 = time.perf_counter()
     parts = []
-    for lo, hi in _chunks(n):
-        plan = fn(_take(keys, lo, hi), graph, _take(platforms, lo, hi))
-        parts.append(jax.tree.map(lambda x, k=hi - lo: np.asarray(x)[:k], plan))
+    for lo, hi in _chunks(n, chunk):
+        plan = fn(_take(keys, lo, hi, chunk), graph, _take(platforms, lo, hi, chunk), w)
+        parts.append(jax.tree.map(lambda x, k=hi - lo: np.asarray(x)[:, :k], plan))
     wall = time.perf_counter() - t0
-    return jax.tree.map(lambda *xs: np.concatenate(xs), *parts), wall
+    return jax.tree.map(lambda *xs: np.concatenate(xs, axis=1), *parts), wall
 
 
 def _exact(graph, platforms, shard: Shard):
@@ -290,7 +316,7 @@ def _exact(graph, platforms, shard: Shard):
     return plans, time.perf_counter() - t0
 
 
-def _pareto(graph, platforms, shard: Shard, d_max: int):
+def _pareto(graph, platforms, shard: Shard, d_max: int, chunk: int):
     import hetjax as hj
 
     n = int(np.shape(platforms.mem_bw)[0])
@@ -303,7 +329,7 @@ def _pareto(graph, platforms, shard: Shard, d_max: int):
         k = int(np.shape(plans.batch)[0])
         many = jax.tree.map(lambda x, k=k: np.broadcast_to(np.asarray(x), (k, *np.shape(x))), p)
         cols = _rows(graph, many, jax.tree.map(np.asarray, plans), shard.weights, "pareto",
-                     wall, None, d_max)  # fmt: skip
+                     wall, None, d_max, chunk)  # fmt: skip
         cols["front_point"] = np.arange(k, dtype=np.int64)
         cols["wall_s"] = np.full(k, wall)
         out.append((i, cols))
@@ -332,7 +358,8 @@ def _policy(checkpoint: str, model: str, seq_len: int, d_max: int):
     return ppo.make_setup(config), params
 
 
-def _policy_plans(spec: SweepSpec, model, seq_len: int, platforms, index, shard: Shard):
+def _policy_plans(spec: SweepSpec, model, seq_len: int, platforms, index, shard: Shard,
+                  chunk: int):  # fmt: skip
     import hetjax as hj
     from hetjax.agents import ppo, report
 
@@ -353,8 +380,8 @@ def _policy_plans(spec: SweepSpec, model, seq_len: int, platforms, index, shard:
     t0 = time.perf_counter()
     parts = []
     n = len(index)
-    for lo, hi in _chunks(n):
-        plan = fn(_take(keys, lo, hi), _take(padded, lo, hi))
+    for lo, hi in _chunks(n, chunk):
+        plan = fn(_take(keys, lo, hi, chunk), _take(padded, lo, hi, chunk))
         parts.append(jax.tree.map(lambda x, c=hi - lo: np.asarray(x)[:c], plan))
     wall = time.perf_counter() - t0
     return setup.graph, padded, jax.tree.map(lambda *xs: np.concatenate(xs), *parts), wall
@@ -363,38 +390,61 @@ def _policy_plans(spec: SweepSpec, model, seq_len: int, platforms, index, shard:
 def run_shard(shared: dict, job: tuple) -> dict:
     """Every method of the sweep on one shard -> columns (numpy arrays / lists) of its rows,
     metadata included. `shared`: {"spec", "graphs": {label: LayerGraph}, "meta": [...],
-    "d_max"}; `job`: (Shard, platforms of the shard as host arrays)."""
+    "d_max", "chunk"}; `job`: (Shard, platforms of the shard as host arrays)."""
+    shard, platforms = job
+    return run_shards(shared, ((shard,), platforms))[0]
+
+
+def run_shards(shared: dict, job: tuple) -> list[dict]:
+    """`run_shard` for shards that differ only in their weights (same seed, batch set, model
+    and platforms), in one go: every baseline runs once over all the sweep's weight settings.
+    `job`: (tuple of Shards, platforms as host arrays) -> the columns of each shard."""
     from hetjax.baselines import simulations
 
     spec: SweepSpec = shared["spec"]
-    shard, platforms = job
+    shards, platforms = job
+    first = shards[0]
+    if any((s.seed, s.batches, s.model, s.start, s.stop)
+           != (first.seed, first.batches, first.model, first.start, first.stop)
+           for s in shards):  # fmt: skip
+        raise SpecError("run_shards: the shards must differ only in their weights")
     platforms = jax.tree.map(jnp.asarray, platforms)
-    model = spec.models[shard.model]
+    model = spec.models[first.model]
     graph = jax.tree.map(jnp.asarray, shared["graphs"][model.label])
-    d_max = shared["d_max"]
-    index = np.arange(shard.start, shard.stop)
-    blocks: list[tuple[int, dict]] = []  # (order key, columns)
-    opt_score = None
+    d_max, chunk = shared["d_max"], shared.get("chunk", PLATFORM_CHUNK)
+    index = np.arange(first.start, first.stop)
+    blocks: dict[int, list] = {s.index: [] for s in shards}  # (order key, columns[, point])
+    opt_score: dict[int, np.ndarray] = {}
     if "exact" in spec.methods:
-        plans, wall = _exact(graph, platforms, shard)
-        cols = _rows(graph, platforms, plans, shard.weights, "exact", wall, None, d_max)
-        opt_score = np.where(cols["feasible"], cols["score"], np.nan)
-        blocks.append((0, cols))
+        for s in shards:
+            plans, wall = _exact(graph, platforms, s)
+            cols = _rows(graph, platforms, plans, s.weights, "exact", wall, None, d_max, chunk)
+            opt_score[s.index] = np.where(cols["feasible"], cols["score"], np.nan)
+            blocks[s.index].append((0, cols))
+    weights = list(spec.weights)  # always all of them: the same program whatever the shards
     for j, name in enumerate(spec.baselines()):
-        plans, wall = _baseline(name, graph, platforms, index, shard, j + 1)
-        sims = simulations(name, len(shard.batches), d_max)
-        blocks.append((j + 1, _rows(graph, platforms, plans, shard.weights, name, wall, sims,
-                                    d_max)))  # fmt: skip
-    if "policy" in spec.methods:
+        plans, wall = _baseline(name, graph, platforms, index, first, weights, j + 1, chunk)
+        sims = simulations(name, len(first.batches), d_max)
+        for s in shards:
+            w = weights.index(s.weights)
+            mine = jax.tree.map(lambda x, w=w: x[w], plans)
+            cols = _rows(graph, platforms, mine, s.weights, name, wall / len(weights), sims,
+                         d_max, chunk)  # fmt: skip
+            blocks[s.index].append((j + 1, cols))
+    if "policy" in spec.methods:  # its plans do not depend on the weights: once for all
         seq = shared["model_info"][model.label]["seq_len"]
-        g, padded, plans, wall = _policy_plans(spec, model.source, seq, platforms, index, shard)
-        cols = _rows(g, padded, plans, shard.weights, "policy", wall,
-                     spec.policy.best_of + 1, d_max)  # fmt: skip
-        blocks.append((len(blocks) + 1, cols))
+        g, padded, plans, wall = _policy_plans(spec, model.source, seq, platforms, index, first,
+                                               chunk)  # fmt: skip
+        for s in shards:
+            cols = _rows(g, padded, plans, s.weights, "policy", wall / len(shards),
+                         spec.policy.best_of + 1, d_max, chunk)  # fmt: skip
+            blocks[s.index].append((len(blocks[s.index]) + 1, cols))
     if "pareto" in spec.methods:
-        for i, cols in _pareto(graph, platforms, shard, d_max):
-            blocks.append((len(spec.baselines()) + 2, cols, i))
-    return _assemble(spec, shared, shard, index, blocks, opt_score)
+        for s in shards:
+            for i, cols in _pareto(graph, platforms, s, d_max, chunk):
+                blocks[s.index].append((len(spec.baselines()) + 2, cols, i))
+    return [_assemble(spec, shared, s, index, blocks[s.index], opt_score.get(s.index))
+            for s in shards]  # fmt: skip
 
 
 def _assemble(spec, shared, shard: Shard, index, blocks, opt_score) -> dict:
@@ -543,21 +593,20 @@ def prepare(spec: SweepSpec, out: str | Path, *, resume: bool = False,
                 hj.exact.check_chain(graphs[m.label], jax.tree.map(lambda x: x[0], base))
             except HetjaxError as err:
                 raise SpecError(f"models[{i}] ({m.label}): {err}") from None
-    shared = {"spec": spec, "graphs": graphs, "d_max": d_max,
-              "model_info": _model_info(spec, graphs)}  # fmt: skip
-    per_seed = {}
-    for seed in spec.seeds:
-        per_seed[seed] = platforms_of(spec, seed)
-        if "exact" in spec.methods or "pareto" in spec.methods:
-            _check_reference_fits(spec, graphs, *per_seed[seed])
+    per_seed = {seed: platforms_of(spec, seed) for seed in spec.seeds}
     n = len(per_seed[spec.seeds[0]][1])
+    shared = {"spec": spec, "graphs": graphs, "d_max": d_max, "chunk": chunk_size(n),
+              "model_info": _model_info(spec, graphs)}  # fmt: skip
+    if "exact" in spec.methods or "pareto" in spec.methods:
+        for seed in spec.seeds:
+            _check_reference_fits(spec, graphs, *per_seed[seed], shared["chunk"])
     shards = shards_of(spec, n, size)
     manifest = {"name": spec.name, "fingerprint": fp, "shard_size": size, "shards": len(shards),
                 "platforms": n, "spec": dataclasses.asdict(spec)}  # fmt: skip
     return shared, per_seed, shards, manifest
 
 
-def _check_reference_fits(spec: SweepSpec, graphs: dict, platforms, meta) -> None:
+def _check_reference_fits(spec: SweepSpec, graphs: dict, platforms, meta, chunk: int) -> None:
     """The exact solvers need the reference plan (every op on device 0 at batch 1) to be
     feasible on every platform (SPEC): checked here, before any shard runs."""
     import hetjax as hj
@@ -568,7 +617,7 @@ def _check_reference_fits(spec: SweepSpec, graphs: dict, platforms, meta) -> Non
         n = len(meta)
         plans = hj.Plan(jnp.broadcast_to(ref.placement, (n, g.n_max)),
                         jnp.broadcast_to(jnp.asarray(ref.batch, jnp.float32), (n,)))  # fmt: skip
-        m_, _ = _evaluate(g, platforms, plans, (1.0, 0.0, 0.0))
+        m_, _ = _evaluate(g, platforms, plans, (1.0, 0.0, 0.0), chunk)
         bad = np.flatnonzero(~np.asarray(m_.feasible))
         if bad.size:
             k = int(bad[0])
@@ -608,12 +657,18 @@ def run(
     shared, per_seed, shards, manifest = prepare(spec, out, resume=resume, shard_size=shard_size)
     todo = [s for s in shards if not (resume and _read_shard(out, s.index) is not None)]
 
-    def job(s: Shard):
-        platforms, _ = per_seed[s.seed]
-        return s, jax.tree.map(lambda x: np.asarray(x)[s.start : s.stop], platforms)
+    # the shards that differ only in their weights run together (`run_shards`)
+    groups: dict[tuple, list[Shard]] = {}
+    for s in todo:
+        groups.setdefault((s.seed, s.batches, s.model, s.start, s.stop), []).append(s)
+    groups_l = [tuple(g) for g in groups.values()]
+
+    def job(g: tuple[Shard, ...]):
+        platforms, _ = per_seed[g[0].seed]
+        return g, jax.tree.map(lambda x: np.asarray(x)[g[0].start : g[0].stop], platforms)
 
     shared_task = {**shared, "meta": per_seed[spec.seeds[0]][1]}
-    in_process = address is None and (workers == 1 or len(todo) <= 1)
+    in_process = address is None and (workers == 1 or len(groups_l) <= 1)
     with contextlib.ExitStack() as stack:
         if not in_process:  # connect first: a bad --address fails before anything is written
             from hetjax.distributed import ray_session, run_tasks
@@ -622,17 +677,17 @@ def run(
         write_json(out / "sweep.json", manifest)
         bar = stack.enter_context(_Progress(len(shards), len(shards) - len(todo), progress,
                                             spec.name))  # fmt: skip
+
+        def done(i, cols_per_shard):
+            for s, cols in zip(groups_l[i], cols_per_shard, strict=True):
+                _write_shard(out, s.index, cols)
+                bar.advance()
+
         if in_process:
-            for s in todo:
-                _write_shard(out, s.index, run_shard(shared_task, job(s)))
-                bar.advance()
+            for i, g in enumerate(groups_l):
+                done(i, run_shards(shared_task, job(g)))
         else:
-
-            def done(i, cols):
-                _write_shard(out, todo[i].index, cols)
-                bar.advance()
-
-            run_tasks(run_shard, shared_task, [job(s) for s in todo], workers=workers,
+            run_tasks(run_shards, shared_task, [job(g) for g in groups_l], workers=workers,
                       address=address, on_done=done)  # fmt: skip
     tables = [_read_shard(out, s.index) for s in shards]
     table = pa.concat_tables(tables, promote_options="default")
