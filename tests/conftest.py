@@ -6,21 +6,20 @@ of their time. The cache lives in a temporary folder made by the controlling pro
 removed at the end, so every session compiles from scratch at least once.
 
 The tests' workloads are tiny and their time goes to compiling, so XLA's CPU backend runs
-with LLVM optimisation level 0 and without its fusion emitters (set before JAX starts a
-backend; subprocesses inherit them): together about 2x less compile time than opt level 0
-alone (tests/test_compare.py's CLI and summary tests: 30 vs 63 CPU-s, measured 2026-11-25).
-The same suite passes at the default settings; this only trades run time for compile time.
+with LLVM optimisation level 0 (set before JAX starts a backend; subprocesses inherit it).
+The same suite passes at the default level; this only trades run time for compile time.
 """
 
 import os
 import shutil
 import tempfile
 
-# XLA:CPU's fusion emitters (the default in jaxlib 0.10) take about twice as long to compile
-# these programs as its classic elementwise emitters; tests compile far more than they run.
-for _flag in ("--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitters=false"):
-    if _flag.split("=")[0] not in os.environ.get("XLA_FLAGS", ""):
-        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _flag).strip()
+# Not `--xla_cpu_use_fusion_emitters=false`: it halves compile time, but two programs that
+# compute the same numbers (the clone in make_train and alone; the exact search's two paths)
+# then round differently in the last bit, so the suite's bit-identity checks fail.
+if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
+    _flags = os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0"
+    os.environ["XLA_FLAGS"] = _flags.strip()
 
 import pytest  # noqa: E402  (after XLA_FLAGS)
 

@@ -79,7 +79,10 @@ def test_first_epoch_ratio_is_one_on_whole_episodes(setup, rollout):
     assert float(info["approx_kl"]) == pytest.approx(0.0, abs=1e-6)
 
 
-@pytest.mark.parametrize("advantage", ["greedy_baseline", "group_mean"])
+# group_mean (FROM_SCRATCH's) in every suite; the greedy baseline's run with --slow
+@pytest.mark.parametrize(
+    "advantage", [pytest.param("greedy_baseline", marks=pytest.mark.slow), "group_mean"]
+)
 def test_a_tiny_from_scratch_run_learns(advantage):
     """bert-tiny around `edge`, no teacher: the greedy policy's mean score on fixed platforms
     rises clearly above the random initial policy's (group_mean: `FROM_SCRATCH`'s advantage,
