@@ -35,7 +35,7 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine, timeit, write_json  # noqa: E402
+from common import machine, seconds_per_call, timeit, write_json  # noqa: E402
 
 import hetjax as hj  # noqa: E402
 from hetjax.reference import evaluate_reference  # noqa: E402
@@ -109,14 +109,7 @@ def time_in_turns(fns: dict, *, repeats: int, min_time: float) -> dict:
     times = {k: [] for k in fns}
     for _ in range(repeats):
         for name, fn in fns.items():
-            n, t0 = 0, time.perf_counter()
-            while True:
-                fn()
-                n += 1
-                elapsed = time.perf_counter() - t0
-                if elapsed >= min_time:
-                    break
-            times[name].append(elapsed / n)
+            times[name].append(seconds_per_call(fn, min_time))
     return {k: statistics.median(v) for k, v in times.items()}
 
 

@@ -13,19 +13,20 @@ import jax
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
+def seconds_per_call(fn, min_time: float) -> float:
+    """Wall seconds per fn() call, calling it until `min_time` seconds have passed."""
+    n, t0 = 0, time.perf_counter()
+    while True:
+        fn()
+        n += 1
+        elapsed = time.perf_counter() - t0
+        if elapsed >= min_time:
+            return elapsed / n
+
+
 def timeit(fn, *, repeats: int = 5, min_time: float = 0.2) -> float:
     """Median wall time (s) of fn() (which must block until its result is ready)."""
-    times = []
-    for _ in range(repeats):
-        n, t0 = 0, time.perf_counter()
-        while True:
-            fn()
-            n += 1
-            elapsed = time.perf_counter() - t0
-            if elapsed >= min_time:
-                break
-        times.append(elapsed / n)
-    return statistics.median(times)
+    return statistics.median([seconds_per_call(fn, min_time) for _ in range(repeats)])
 
 
 def machine() -> dict:
