@@ -89,9 +89,9 @@ def test_imitation_lowers_loss_and_ppo_starts_from_the_clone(setup, teacher):
     assert losses.shape == (TINY.imitation_steps,) and losses[-1] < losses[0]
     clone = jax.jit(ppo.make_imitation(setup, teacher)[0])
     cloned = clone(jax.jit(lambda k: ppo.init_runner(setup, k))(jax.random.key(3)))[0]
-    same = jax.tree.map(lambda a, b: bool(jnp.array_equal(a, b)), cloned.params,
-                        out["runner"].params)  # fmt: skip
-    assert all(jax.tree.leaves(same))
+    # two programs (the clone inside make_train and alone): equal up to rounding
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
+                 cloned.params, out["runner"].params)  # fmt: skip
 
 
 def test_imitation_fits_the_value_head_to_the_teachers_return(setup, teacher):

@@ -51,6 +51,7 @@ def _assert_same(fast, slow):
         assert a[2] == b[2] and a[3] == b[3], (a[0], a[2:], b[2:])
 
 
+@pytest.mark.xla_default
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     seed=st.integers(0, 10_000),
@@ -75,6 +76,7 @@ def test_fast_equals_enumeration_and_one_by_one(seed, n_blocks, n_dev, tight, w)
         assert abs(s - enum.score) <= RTOL * max(1.0, abs(enum.score))
 
 
+@pytest.mark.xla_default
 @pytest.mark.parametrize("name", ["edge", "host3"])
 def test_fast_equals_one_by_one_on_identical_layers(name):
     """bert-mini's layers are identical: many plans tie in float64, and the choice among them
