@@ -333,7 +333,7 @@ def _weighted_round_robin(key, graph, platform, batch):
         used_a = jnp.where(on, jnp.maximum(used_a, act), used_a)
         return (current, used_p, used_a), c.astype(jnp.int32)
 
-    zeros = jnp.zeros((d,), jnp.float32)
+    zeros = jnp.zeros((d,), jnp.result_type(w, info.params, info.act, batch))
     _, bp = jax.lax.scan(
         step, (zeros, zeros, zeros), (info.legal, info.params, info.act, info.real)
     )
@@ -358,7 +358,7 @@ def _least_loaded(key, graph, platform, batch):
         used_a = jnp.where(on, jnp.maximum(used_a, act), used_a)
         return (busy, used_p, used_a), c.astype(jnp.int32)
 
-    zeros = jnp.zeros((d,), jnp.float32)
+    zeros = jnp.zeros((d,), jnp.result_type(cost, info.params, info.act, batch))
     xs = (cost, info.legal, info.params, info.act, info.real)
     _, bp = jax.lax.scan(step, (zeros, zeros, zeros), xs)
     return bp
@@ -401,12 +401,14 @@ def _greedy_eft(key, graph, platform, batch):
         )
         return new, c.astype(jnp.int32)
 
-    zeros = jnp.zeros((d,), jnp.float32)
+    # the carry's float type is the step's (float64 platforms under jax_enable_x64)
+    dt = jnp.result_type(cost, platform.link_latency, platform.link_bw, batch, info.in_bytes)
+    zeros = jnp.zeros((d,), dt)
     init = _EftState(
         dev_free=zeros,
-        link_free=jnp.zeros((d, d), jnp.float32),
+        link_free=jnp.zeros((d, d), dt),
         prev=jnp.asarray(-1, jnp.int32),
-        prev_finish=jnp.asarray(0.0, jnp.float32),
+        prev_finish=jnp.asarray(0.0, dt),
         used_params=zeros,
         used_act=zeros,
     )

@@ -95,6 +95,30 @@ def test_every_hetjax_command_line_parses_against_the_cli():
         _parse_cli("hetjax place --platform edge")
 
 
+def test_every_hetjax_command_line_in_the_docs_parses_against_the_cli():
+    """docs/*.md: every `hetjax ...` line of a shell block and every inline `hetjax ...`."""
+    checked, failed = 0, []
+    for doc in sorted((ROOT / "docs").glob("*.md")):
+        text = doc.read_text()
+        lines = _command_lines(text, "hetjax") + [
+            s for s in _spans_over_lines(text) if s.startswith("hetjax ")
+        ]
+        for line in lines:
+            # a synopsis: optional parts in brackets, alternatives a|b (the first is parsed)
+            line = re.sub(r"\[([^\[\]]*)\]", r"\1", line)
+            line = re.sub(r"(\S+?)(\|\S+)+", r"\1", line)
+            line = re.sub(r"(?<=\s)[NK](?=\s|$)", "1", line)  # a count placeholder
+            if "--help" in line.split():  # `hetjax --help`, `hetjax COMMAND --help`: prose
+                continue
+            try:
+                _parse_cli(line)
+            except Exception as err:
+                failed.append(f"{doc.name}: {line!r}: {err}")
+        checked += len(lines)
+    assert not failed, "\n".join(failed)
+    assert checked >= 20, checked
+
+
 def test_make_targets_and_scripts_named_in_the_readme_exist():
     readme = README.read_text()
     makefile = (ROOT / "Makefile").read_text()

@@ -64,3 +64,24 @@ def test_policy_trained_on_edge_places_on_host3(tmp_path, monkeypatch, capsys):
     assert "on host3" in out and "Traceback" not in out
     devices = out.split("block devices: ")[1].split()[0]
     assert len(devices) == 6 and set(devices) <= set("012")  # bert-tiny: 6 blocks, 3 devices
+    # a platform JSON file (host3 saved with its device names) and another ONNX model with
+    # a symbolic sequence dimension, fixed by --dim: the same policy places it
+    plat = tmp_path / "host3.json"
+    hj.hardware.save(hj.hardware.preset("host3"), plat,
+                     device_names=list(hj.hardware.PRESETS["host3"].device_names))  # fmt: skip
+    mini = str(export_transformer("bert-mini", tmp_path / "bert-mini.onnx"))
+    code, out = _cli(monkeypatch, capsys, "place", "--checkpoint", str(run), "--model", mini,
+                     "--dim", "sequence=16", "--platform", str(plat), "--best-of", "0")  # fmt: skip
+    assert code == 0, out
+    assert "Traceback" not in out
+    devices = out.split("block devices: ")[1].split()[0]
+    n_blocks = int(np.asarray(hj.graphs.load(mini, 16).block_mask).sum())
+    assert len(devices) == n_blocks and set(devices) <= set("012")
+    for name in hj.hardware.PRESETS["host3"].device_names:
+        assert name in out
+    # a platform file with more devices than the policy's slots: one line, exit 2
+    big = tmp_path / "big.json"
+    hj.hardware.save(hj.hardware.pad(hj.hardware.preset("host3"), 4), big)
+    code, out = _cli(monkeypatch, capsys, "place", "--checkpoint", str(run), "--platform",
+                     str(big))  # fmt: skip
+    assert code == 2 and out.count("\n") == 1 and "d_max=3" in out and "big.json" in out, out

@@ -175,8 +175,15 @@ def train_cmd(
 @app.command("place")
 def place_cmd(
     checkpoint: Annotated[Path, typer.Option(help="training run directory")],
-    model: Annotated[str | None, typer.Option(help="model (default: the trained one)")] = None,
-    platform: Annotated[str | None, typer.Option(help="preset (default: trained)")] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(help="built-in model name or an ONNX file (default: the trained one)"),
+    ] = None,
+    dim: DimOpt = None,
+    blocks: BlocksOpt = None,
+    platform: Annotated[
+        str | None, typer.Option(help="preset name or a platform JSON file (default: trained)")
+    ] = None,
     best_of: Annotated[
         int, typer.Option(help="best of the greedy and K sampled plans (0 = greedy)")
     ] = 16,
@@ -190,13 +197,24 @@ def place_cmd(
 
     checks.at_least("--best-of", best_of, 0)
     checks.at_least("--seed", seed, 0)
-    checks.one_of("--platform", platform, tuple(hj.hardware.PRESETS))
+    dims = checks.parse_dims("--dim", dim)
+    # a preset by name, or a platform JSON file (validated here, before any work)
+    loaded, names = (None, None) if platform is None else checks.platform(platform)
     checks.run_dir("--checkpoint", checkpoint, must_exist=True)
     import jax
 
     from hetjax.agents.jobs import load_policy
 
     config, params = load_policy(checkpoint)
+    if dim or blocks is not None:  # the ONNX options of a model other than the trained one
+        config = dataclasses.replace(
+            config, dims=tuple(dims.items()) or config.dims,
+            blocks=config.blocks if blocks is None else blocks,
+        )  # fmt: skip
+    if model is not None:
+        with checks.naming("--model", model):
+            ppo.load_model(config, model)
+    preset = platform if platform in hj.hardware.PRESETS else None
     # Keep the padding the policy was trained with (its observation holds the block count
     # over the padded size): the other trained models stay in the setup, only for padding.
     pick = model or config.model
@@ -206,8 +224,15 @@ def place_cmd(
     d_max = config.d_max or hj.hardware.preset(config.platform).d_max
     config = dataclasses.replace(config, model=pick,
                                  models=tuple(n for n in trained if n != pick),
-                                 platform=platform or config.platform, d_max=d_max)  # fmt: skip
+                                 platform=preset or config.platform, d_max=d_max)  # fmt: skip
+    if loaded is not None and int(loaded.d_max) > d_max:
+        raise hj.PlatformError(
+            f"--platform {platform!r}: {int(loaded.d_max)} device slots > d_max={d_max}, the "
+            "device slots of the policy's observation"
+        )
     setup = ppo.make_setup(config)
+    if preset is None and loaded is not None:  # a platform file: in the trained setup's slots
+        setup = dataclasses.replace(setup, base=setup.env.pad_platform(loaded))
     plan = report.policy_plan(setup, params, setup.base, jax.random.key(seed), best_of)
     g, p = setup.graph, setup.base
     m = hj.evaluate(g, p, plan)
@@ -219,10 +244,15 @@ def place_cmd(
     sims = f"{best_of + 1} simulation{'s' * (best_of > 0)}"
     console.print(f"{report.decode_name(best_of)} ({sims}); batch "
                   f"{float(plan.batch):g}; block devices: {devices}")  # fmt: skip
-    t = Table(title=f"policy plan: {config.model} on {config.platform}")
+    where = config.platform if preset or loaded is None else platform
+    t = Table(title=f"policy plan: {config.model} on {where}")
     t.add_column("metric")
     t.add_column("value", justify="right")
-    for k, v in metrics_rows(m, hj.hardware.PRESETS[config.platform].device_names):
+    if preset is None and loaded is not None:
+        device_names = names
+    else:
+        device_names = hj.hardware.PRESETS[config.platform].device_names
+    for k, v in metrics_rows(m, device_names):
         t.add_row(k, v)
     t.add_row("score", f"{float(hj.score(m, ref, config.weights)):.4f}")
     console.print(t)
