@@ -1,19 +1,21 @@
 """Environment steps per second during PPO training, and seeds per second with vmap over seeds.
 
     .venv/bin/python benchmarks/bench_train.py [--model bert-base] [--platform edge] [--quick]
-        [--encoders deepsets episode]
+        [--encoders deepsets episode] [--settings default from_scratch] [--chunk 3]
 
-Part 1 (env steps during training): one PPO update (rollout of one episode in each of
-`num_envs` environments, each on its own freshly sampled platform, then GAE and
-`update_epochs` x `num_minibatches` gradient steps) timed after compilation, for several
-`num_envs`; env steps/s counts every environment step of the rollout. The baseline in the same
-run is the rollout alone (no learning) at the same `num_envs`, so the ratio is the share of a
-training step the environment itself costs. PPO runs without the teacher term (`bc_coef=0`,
-which adds one forward and backward pass of `imitation_batch` demonstrations per minibatch).
-Each encoder in `--encoders` is timed at every `num_envs` in the same run (the default job's
-other settings; "episode" at its width in `ENCODER_SETTINGS`), and each row's
-`speedup_vs_deepsets` is its training steps/s over the deepsets encoder's at the same
-`num_envs`, so the ratio is measured under the same machine load.
+Part 1 (env steps during training): PPO updates (rollout of one episode in each of
+`num_envs` environments, each on its own freshly sampled platform, then the advantages and
+`update_epochs` x `num_minibatches` gradient steps) timed after compilation the way the trainer
+runs them: one jitted `lax.scan` over `--chunk` updates per call. env steps/s counts every
+environment step of the rollouts. The baseline in the same run is the rollout alone (no
+learning) at the same `num_envs`, so the ratio is the share of a training step the environment
+itself costs. PPO runs without the teacher term (`bc_coef=0`, which adds one forward and
+backward pass of `imitation_batch` demonstrations per minibatch). Each encoder in `--encoders`
+is timed at every `num_envs` and every PPO setting of `--settings` (SETTINGS: the default
+job's PPO, or `ppo.FROM_SCRATCH`'s) in the same run ("episode" at its width in
+`ENCODER_SETTINGS`), and each row's `speedup_vs_deepsets` is its training steps/s over the
+deepsets encoder's at the same `num_envs` and settings, so the ratio is measured under the
+same machine load.
 
 Part 2 (seeds): `jax.jit(jax.vmap(train))(keys)` on S seeds at once (a short training run of
 `make_train`, imitation off), next to the same jitted `train` called once per seed from a
@@ -49,12 +51,25 @@ def _block(tree):
 ENCODER_SETTINGS = {"deepsets": {}, "attention": {}, "episode": {"width": 64}}
 
 
-def bench_updates(base: ppo.PPOConfig, num_envs: int, repeats: int) -> dict:
-    """Timed PPO update and timed rollout-only at `num_envs`."""
+# the PPO settings a row is timed with: "default" (PPOConfig's, the default job's PPO phase:
+# 4 epochs x 4 minibatches) or "from_scratch" (`ppo.FROM_SCRATCH`, what `--teacher none`
+# trains with: 2 epochs x 4 minibatches, the group-mean advantage); the encoder and its width
+# come from ENCODER_SETTINGS, so both encoders run the same PPO
+SETTINGS = {
+    "default": {},
+    "from_scratch": {k: v for k, v in ppo.FROM_SCRATCH.items()
+                     if k not in ("encoder", "width", "head_width", "num_envs", "num_updates")},
+}  # fmt: skip
+
+
+def bench_updates(base: ppo.PPOConfig, num_envs: int, repeats: int, chunk: int) -> dict:
+    """Timed PPO updates as the trainer runs them (one jitted `lax.scan` over `chunk`
+    updates, `trainer.Trainer`'s chunk) and timed rollout-only at `num_envs`."""
     config = dataclasses.replace(base, num_envs=num_envs, imitation_steps=0, bc_coef=0.0)
     setup = ppo.make_setup(config)
     runner = jax.jit(lambda k: ppo.init_runner(setup, k))(jax.random.key(0))
-    update = jax.jit(ppo.make_update(setup))
+    update = ppo.make_update(setup)
+    updates = jax.jit(lambda r: jax.lax.scan(lambda r, _: update(r), r, None, length=chunk))
 
     @jax.jit
     def rollout(net_params, key):
@@ -64,14 +79,14 @@ def bench_updates(base: ppo.PPOConfig, num_envs: int, repeats: int) -> dict:
         return traj.reward.sum()
 
     t0 = time.perf_counter()
-    state = {"runner": _block(update(runner))[0]}
+    state = {"runner": _block(updates(runner))[0]}
     compile_s = time.perf_counter() - t0
 
-    def one_update():
-        state["runner"] = _block(update(state["runner"]))[0]
+    def one_chunk():
+        state["runner"] = _block(updates(state["runner"]))[0]
 
     _block(rollout(runner.params, jax.random.key(1)))
-    t_update = timeit(one_update, repeats=repeats, min_time=0.5)
+    t_update = timeit(one_chunk, repeats=repeats, min_time=0.5) / chunk
     t_rollout = timeit(lambda: _block(rollout(runner.params, jax.random.key(1))),
                        repeats=repeats, min_time=0.5)  # fmt: skip
     steps = num_envs * setup.episode_len
@@ -79,6 +94,10 @@ def bench_updates(base: ppo.PPOConfig, num_envs: int, repeats: int) -> dict:
         "encoder": config.encoder,
         "width": config.width,
         "num_envs": num_envs,
+        "update_epochs": config.update_epochs,
+        "num_minibatches": config.num_minibatches,
+        "advantage": config.advantage,
+        "chunk": chunk,
         "episode_steps": setup.episode_len,
         "update_s": t_update,
         "train_steps_per_s": steps / t_update,
@@ -129,6 +148,14 @@ def main(argv=None) -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--encoders", nargs="+", default=["deepsets", "episode"],
                     choices=list(ENCODER_SETTINGS))  # fmt: skip
+    ap.add_argument("--settings", nargs="+", default=["default", "from_scratch"],
+                    choices=list(SETTINGS), help="PPO settings of the update rows")  # fmt: skip
+    ap.add_argument(
+        "--chunk",
+        type=int,
+        default=3,
+        help="updates per jitted call (the trainer's chunk; --teacher none: 3)",
+    )
     ap.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     args = ap.parse_args(argv)
     if args.quick:
@@ -137,14 +164,19 @@ def main(argv=None) -> None:
     base = ppo.PPOConfig(model=args.model, platform=args.platform)
     console = Console()
     rows = []
-    for n in args.num_envs:
-        for enc in args.encoders:
-            cfg = dataclasses.replace(base, encoder=enc, **ENCODER_SETTINGS[enc])
-            rows.append(bench_updates(cfg, n, args.repeats))
-            console.print(f"{enc}, num_envs={n}: {rows[-1]['train_steps_per_s']:,.0f} env "
-                          f"steps/s (load {os.getloadavg()[0]:.1f})")  # fmt: skip
+    for setting in args.settings:
+        for n in args.num_envs:
+            for enc in args.encoders:
+                cfg = dataclasses.replace(base, encoder=enc, **SETTINGS[setting],
+                                          **ENCODER_SETTINGS[enc])  # fmt: skip
+                rows.append({"settings": setting,
+                             **bench_updates(cfg, n, args.repeats, args.chunk)})  # fmt: skip
+                console.print(f"{setting}, {enc}, num_envs={n}: "
+                              f"{rows[-1]['train_steps_per_s']:,.0f} env steps/s "
+                              f"(load {os.getloadavg()[0]:.1f})")  # fmt: skip
     for r in rows:
-        ref = [q for q in rows if q["encoder"] == "deepsets" and q["num_envs"] == r["num_envs"]]
+        ref = [q for q in rows if q["encoder"] == "deepsets" and q["num_envs"] == r["num_envs"]
+               and q["settings"] == r["settings"]]  # fmt: skip
         if ref:
             r["speedup_vs_deepsets"] = r["train_steps_per_s"] / ref[0]["train_steps_per_s"]
     seed_cfg = dataclasses.replace(
@@ -156,13 +188,13 @@ def main(argv=None) -> None:
         console.print(f"seeds={s}: {seed_rows[-1]['speedup']:.2f}x over a loop")
 
     table = Table(title=f"PPO training throughput, {args.model} on {args.platform} (CPU)")
-    for col in ("encoder", "num_envs", "s / update", "env steps/s (training)",
+    for col in ("settings", "encoder", "num_envs", "s / update", "env steps/s (training)",
                 "env steps/s (rollout only)", "rollout share", "vs deepsets",
                 "compile s"):  # fmt: skip
         table.add_column(col, justify="right")
     for r in rows:
         vs = r.get("speedup_vs_deepsets")
-        table.add_row(r["encoder"], str(r["num_envs"]), f"{r['update_s']:.2f}",
+        table.add_row(r["settings"], r["encoder"], str(r["num_envs"]), f"{r['update_s']:.2f}",
                       f"{r['train_steps_per_s']:,.0f}", f"{r['rollout_steps_per_s']:,.0f}",
                       f"{r['rollout_share']:.0%}", "-" if vs is None else f"{vs:.1f}x",
                       f"{r['compile_s']:.1f}")  # fmt: skip
@@ -188,8 +220,10 @@ def main(argv=None) -> None:
         "seeds": seed_rows,
         "seed_config": {"num_envs": seed_cfg.num_envs, "num_updates": seed_cfg.num_updates},
         "speedup_is": "seeds: loop over jitted train / vmap(train), same run; updates: "
-        "speedup_vs_deepsets = training steps/s over the deepsets encoder's, same num_envs, "
-        "same run",
+        "speedup_vs_deepsets = training steps/s over the deepsets encoder's, same num_envs "
+        "and PPO settings, same run",
+        "settings": {k: SETTINGS[k] for k in args.settings},
+        "chunk": args.chunk,
         "encoder_settings": {e: ENCODER_SETTINGS[e] for e in args.encoders},
     }
     path = write_json("train", doc)
