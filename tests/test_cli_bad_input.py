@@ -75,6 +75,7 @@ CASES = [
     (["train", "--imitation-ties", "random"], ["--imitation-ties", "random"]),
     (["train", "--epsilon", "1"], ["--epsilon", "1"]),
     (["train", "--epsilon", "-0.1"], ["--epsilon", "-0.1"]),
+    (["train", "--batch-epsilon", "1"], ["--batch-epsilon", "1"]),
     (["train", "--bc-coef", "-1"], ["--bc-coef", "-1"]),
     (["train", "--dagger-rounds", "-2"], ["--dagger-rounds", "-2"]),
     (["train", "--advantage", "td"], ["--advantage", "td"]),

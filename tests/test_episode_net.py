@@ -80,6 +80,37 @@ def test_first_epoch_ratio_is_one_on_whole_episodes(setup, rollout):
     assert float(info["approx_kl"]) == pytest.approx(0.0, abs=1e-6)
 
 
+def test_batch_epsilon_explores_the_batch_step_and_the_loss_uses_the_same_mixture(setup):
+    """`batch_epsilon` is the exploration rate of the first action only: the stored log-probs
+    are the mixture's at that rate at the batch step and at `epsilon` at the block steps, and
+    PPO's first-epoch ratio is 1 (the loss recomputes the same mixture per observation)."""
+    cfg = dataclasses.replace(EPISODE, batch_epsilon=0.6, epsilon=0.05)
+    s = dataclasses.replace(setup, config=cfg)
+    runner = jax.jit(lambda k: ppo.init_runner(s, k))(jax.random.key(0))
+    params = ppo._env_params(s, ppo.sample_platforms(s, jax.random.key(1), 8))
+    roll = lambda p: ppo._rollout(s, p, jax.random.key(2), params, cfg.epsilon,  # noqa: E731
+                                  batch_epsilon=cfg.batch_epsilon)  # fmt: skip
+    traj = jax.jit(roll)(runner.params)
+    eps = np.asarray(ppo.behaviour_epsilon(s, traj.obs))
+    assert (eps[0] == np.float32(0.6)).all() and (eps[1:] == np.float32(0.05)).all()
+    logits, _ = ppo.policy_apply(s, runner.params, traj.obs)
+    for t, rate in ((0, 0.6), (1, 0.05)):
+        want = ppo.behaviour_log_prob(logits[t], traj.obs.action_mask[t], traj.action[t], rate)
+        np.testing.assert_allclose(np.asarray(traj.log_prob[t]), want, rtol=1e-5, atol=1e-6)
+    adv, target = ppo._group_mean(traj, 2)
+    _, info = jax.jit(lambda p: ppo._ppo_loss(s, p, traj, adv, target))(runner.params)
+    assert float(info["approx_kl"]) == pytest.approx(0.0, abs=1e-6)
+    # None keeps `epsilon` everywhere (configs written before the field load that way)
+    assert (
+        ppo.PPOConfig.from_dict(
+            {k: v for k, v in EPISODE.to_dict().items() if k != "batch_epsilon"}
+        ).batch_epsilon
+        is None
+    )
+    with pytest.raises(hj.PlanError, match="batch_epsilon"):
+        dataclasses.replace(EPISODE, batch_epsilon=1.0)
+
+
 # group_mean (FROM_SCRATCH's) in every suite; the greedy baseline's run with --slow
 @pytest.mark.parametrize(
     "advantage", [pytest.param("greedy_baseline", marks=pytest.mark.slow), "group_mean"]

@@ -40,6 +40,7 @@ __all__ = [
     "make_train",
     "make_setup",
     "behaviour_log_prob",
+    "behaviour_epsilon",
     "sample_platforms",
     "sample_models",
     "concat_teachers",
@@ -103,6 +104,8 @@ class PPOConfig:
     lr: float = 1e-4  # fine-tuning a cloned policy: larger steps undo the cloning
     anneal_lr: bool = True
     epsilon: float = 0.15  # epsilon-greedy exploration (the design's 0.15); 0 = off
+    # epsilon at the batch step (the episode's first action, the batch threshold); None: epsilon
+    batch_epsilon: float | None = None
     imitation_steps: int = 4000  # behaviour-cloning steps before PPO; 0 = off
     # "exact" (optimal plans), a baseline strategy name, or "none": learn from scratch (no
     # cloning, no BC term, and the trainer selects by validation score, never solving exactly)
@@ -224,6 +227,8 @@ def _check_config(c: PPOConfig) -> None:
             bad(name, "must be in [0, 1]")
     if not 0.0 <= number("epsilon") < 1.0:
         bad("epsilon", "must be in [0, 1)")
+    if c.batch_epsilon is not None and not 0.0 <= number("batch_epsilon") < 1.0:
+        bad("batch_epsilon", "must be None or in [0, 1)")
     if not 1.0 <= number("spread") <= hj.hardware.MAX_SPREAD:
         bad("spread", f"must be a factor in [1, {hj.hardware.MAX_SPREAD:g}]")
     try:
@@ -248,7 +253,7 @@ def _is_numbers(x) -> bool:
 # Fields added to PPOConfig after runs were saved without them, and the value those runs used.
 LEGACY_DEFAULTS = {"bc_coef": 0.0, "imitation_ties": "as_solved", "models": (), "dagger_rounds": 0,
                    "d_max": 0, "shaping": 0.0, "ent_coef_end": None,
-                   "load_features": False}  # fmt: skip
+                   "load_features": False, "batch_epsilon": None}  # fmt: skip
 
 
 class Transition(NamedTuple):
@@ -445,9 +450,11 @@ def _env_params(setup: Setup, platforms, models=None):
 
 
 def behaviour_log_prob(logits, mask, action, epsilon):
-    """log mu(a) of the mixture (1 - eps) * softmax(logits) + eps * uniform(legal actions)."""
+    """log mu(a) of the mixture (1 - eps) * softmax(logits) + eps * uniform(legal actions);
+    `epsilon` a number or an array of the observations' leading shape (one per step)."""
     pi = jax.nn.softmax(logits)
     uniform = mask / jnp.maximum(mask.sum(-1, keepdims=True), 1)
+    epsilon = jnp.asarray(epsilon, pi.dtype)[..., None]
     mix = (1.0 - epsilon) * pi + epsilon * uniform
     return jnp.log(jnp.take_along_axis(mix, action[..., None], -1)[..., 0] + 1e-12)
 
@@ -458,6 +465,16 @@ def _sample_action(key, logits, mask, epsilon):
     uniform = jax.random.categorical(k2, jnp.where(mask, 0.0, jnp.finfo(jnp.float32).min))
     explore = jax.random.uniform(k3, policy.shape) < epsilon
     return jnp.where(explore, uniform, policy)
+
+
+def behaviour_epsilon(setup: Setup, obs):
+    """The exploration rate of each observation (any leading axes): `config.batch_epsilon` at
+    batch steps (the observation's "phase" feature is 1), `config.epsilon` at block steps."""
+    c = setup.config
+    if c.batch_epsilon is None:
+        return jnp.asarray(c.epsilon, jnp.float32)
+    phase = obs.features[..., setup.env.feature_layout["phase"].start]
+    return jnp.where(phase > 0.5, c.batch_epsilon, c.epsilon).astype(jnp.float32)
 
 
 def _episode_fns(setup: Setup, net_params):
@@ -489,8 +506,9 @@ def policy_apply(setup: Setup, net_params, obs):
     return logits.reshape(lead + logits.shape[1:]), value.reshape(lead)
 
 
-def _rollout(setup: Setup, net_params, key, params, epsilon, greedy=False):
+def _rollout(setup: Setup, net_params, key, params, epsilon, greedy=False, batch_epsilon=None):
     """One episode per environment (T = episode length steps). Returns Transition [T, E].
+    `batch_epsilon` (None: `epsilon`) explores the first step, the batch choice.
 
     The "episode" encoder encodes each environment's episode at the batch step and again at
     the first block step (the static block rows are read at the chosen batch), then runs only
@@ -515,11 +533,12 @@ def _rollout(setup: Setup, net_params, key, params, epsilon, greedy=False):
         else:
             logits, value = jax.vmap(net.apply, in_axes=(None, 0))(net_params, obs)
         ka, ks = jax.random.split(k)
+        eps = epsilon if batch_epsilon is None else jnp.where(t == 0, batch_epsilon, epsilon)
         if greedy:
             action = jnp.argmax(logits, -1)
         else:
-            action = _sample_action(ka, logits, obs.action_mask, epsilon)
-        logp = behaviour_log_prob(logits, obs.action_mask, action, epsilon)
+            action = _sample_action(ka, logits, obs.action_mask, eps)
+        logp = behaviour_log_prob(logits, obs.action_mask, action, eps)
         obs2, state, reward, term, trunc, info = jax.vmap(env.step)(
             jax.random.split(ks, n), state, action, params
         )
@@ -612,7 +631,8 @@ def _ppo_loss(setup: Setup, net_params, batch, adv, target, ent_coef=None):
     episode encoder's cached path, `policy_apply`); `ent_coef` (default the config's)."""
     c = setup.config
     logits, value = policy_apply(setup, net_params, batch.obs)
-    logp = behaviour_log_prob(logits, batch.obs.action_mask, batch.action, c.epsilon)
+    logp = behaviour_log_prob(logits, batch.obs.action_mask, batch.action,
+                              behaviour_epsilon(setup, batch.obs))  # fmt: skip
     w = batch.valid.astype(jnp.float32)
     denom = jnp.maximum(w.sum(), 1.0)
     mean = lambda x: jnp.sum(x * w) / denom  # noqa: E731
@@ -650,7 +670,8 @@ def make_update(setup: Setup, demos=None, demo_weighted: bool = False):
             params = _env_params(setup, sample_platforms(setup, k_plat, c.num_envs),
                                  sample_models(setup, k_plat, c.num_envs))  # fmt: skip
         k_roll, k_base = jax.random.split(k_roll)
-        traj = _rollout(setup, runner.params, k_roll, params, c.epsilon)
+        traj = _rollout(setup, runner.params, k_roll, params, c.epsilon,
+                        batch_epsilon=c.batch_epsilon)  # fmt: skip
         if c.advantage == "greedy_baseline":
             adv, target = _greedy_baseline(setup, runner.params, k_base, params, traj)
         elif c.advantage == "group_mean":

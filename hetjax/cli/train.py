@@ -44,6 +44,9 @@ def train_cmd(
         str | None, typer.Option(help="tied teacher plans: as_solved | lexmin")
     ] = None,
     epsilon: Annotated[float | None, typer.Option(help="epsilon-greedy exploration")] = None,
+    batch_epsilon: Annotated[
+        float | None, typer.Option(help="epsilon at the batch step (default: --epsilon)")
+    ] = None,
     bc_coef: Annotated[
         float | None, typer.Option(help="teacher cross-entropy in PPO's loss (0 = off)")
     ] = None,
@@ -96,6 +99,7 @@ def train_cmd(
                         ("--seq-len", seq_len, 1)]:  # fmt: skip
         checks.at_least(opt, v, low)
     checks.in_range("--epsilon", epsilon, 0.0, 1.0, high_open=True)
+    checks.in_range("--batch-epsilon", batch_epsilon, 0.0, 1.0, high_open=True)
     checks.one_of("--teacher", teacher, TEACHERS + tuple(hj.baselines.STRATEGIES))
     checks.one_of("--imitation-ties", imitation_ties, TIES)
     checks.one_of("--advantage", advantage, ADVANTAGES)
@@ -106,8 +110,8 @@ def train_cmd(
     checks.run_dir("--out", out, must_exist=False)
     given = dict(num_envs=num_envs, num_updates=num_updates, imitation_steps=imitation_steps,
                  imitation_platforms=imitation_platforms, imitation_ties=imitation_ties,
-                 epsilon=epsilon, bc_coef=bc_coef, dagger_rounds=dagger_rounds,
-                 advantage=advantage, encoder=encoder)  # fmt: skip
+                 epsilon=epsilon, batch_epsilon=batch_epsilon, bc_coef=bc_coef,
+                 dagger_rounds=dagger_rounds, advantage=advantage, encoder=encoder)  # fmt: skip
     extra = tuple(m.strip() for m in models.split(",") if m.strip()) if models else ()
     # --teacher none: the from-scratch settings; options given here still win
     settings = dict(FROM_SCRATCH) if teacher == "none" else {"imitation_teacher": teacher}
