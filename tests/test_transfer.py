@@ -5,6 +5,7 @@ import dataclasses
 import json
 import sys
 
+import jax
 import numpy as np
 import pytest
 
@@ -55,9 +56,24 @@ def test_policy_trained_on_edge_places_on_host3(tmp_path, monkeypatch, capsys):
     onnx = str(export_transformer("bert-tiny", tmp_path / "bert-tiny.onnx"))
     run = tmp_path / "run"
     cfg = dataclasses.replace(TINY, model=onnx)
-    train_job(cfg, run, held_out=2, chunk=2, progress=False, best_of=0, budget=False, validation=4)
+    mini = str(export_transformer("bert-mini", tmp_path / "bert-mini.onnx"))
+    zero_shot = {"models": [onnx, mini], "presets": ["host3"], "n": 2}
+    doc = train_job(cfg, run, held_out=2, chunk=2, progress=False, best_of=0, budget=False,
+                    validation=4, zero_shot=zero_shot)  # fmt: skip
     saved = json.loads((run / "config.json").read_text())["ppo"]
     assert saved["d_max"] == 3 and saved["model"] == onnx
+    # the zero-shot entries: the trained model and an unseen one, on an unseen preset
+    entries = doc["zero_shot"]
+    assert [(e["model"], e["preset"], e["seen_model"], e["seen_preset"]) for e in entries] == [
+        ("bert-tiny.onnx", "host3", True, False),
+        ("bert-mini.onnx", "host3", False, False),
+    ]
+    for e in entries:
+        assert e["n"] == 2 and set(e["baselines"]) == set(hj.baselines.STRATEGIES)
+        for row in (e["policy"], e["policy_greedy"], *e["baselines"].values()):
+            assert np.isfinite(row["mean_gap_pct"]) and row["mean_gap_pct"] >= -1e-6
+            assert row["simulations"] >= 1
+    assert json.loads((run / "report.json").read_text())["zero_shot"] == entries
     code, out = _cli(monkeypatch, capsys, "place", "--checkpoint", str(run),
                      "--platform", "host3", "--best-of", "0")  # fmt: skip
     assert code == 0, out
@@ -69,7 +85,6 @@ def test_policy_trained_on_edge_places_on_host3(tmp_path, monkeypatch, capsys):
     plat = tmp_path / "host3.json"
     hj.hardware.save(hj.hardware.preset("host3"), plat,
                      device_names=list(hj.hardware.PRESETS["host3"].device_names))  # fmt: skip
-    mini = str(export_transformer("bert-mini", tmp_path / "bert-mini.onnx"))
     code, out = _cli(monkeypatch, capsys, "place", "--checkpoint", str(run), "--model", mini,
                      "--dim", "sequence=16", "--platform", str(plat), "--best-of", "0")  # fmt: skip
     assert code == 0, out
@@ -85,3 +100,27 @@ def test_policy_trained_on_edge_places_on_host3(tmp_path, monkeypatch, capsys):
     code, out = _cli(monkeypatch, capsys, "place", "--checkpoint", str(run), "--platform",
                      str(big))  # fmt: skip
     assert code == 2 and out.count("\n") == 1 and "d_max=3" in out and "big.json" in out, out
+
+
+def test_training_samples_around_every_preset_of_platforms():
+    """`platforms` adds presets: each sampled platform is drawn around one of them (within
+    the spread of its base), every preset is drawn, and without it sampling is as before."""
+    one = ppo.make_setup(TINY)
+    key = jax.random.key(5)
+    same = ppo.sample_platforms(one, key, 16)
+    before = hj.hardware.sample(key, 16, base=one.base, spread=TINY.spread)
+    assert all(jax.tree.leaves(jax.tree.map(lambda a, b: bool((a == b).all()), same, before)))
+    two = ppo.make_setup(dataclasses.replace(TINY, platforms=("datacenter",)))
+    assert len(two.bases) == 2
+    sampled = ppo.sample_platforms(two, key, 256)
+    with np.errstate(divide="ignore", invalid="ignore"):  # padded slots: peak 0
+        ratio = [np.asarray(sampled.peak) / np.asarray(b.peak)[None] for b in two.bases]
+    spread = TINY.spread * (1 + 1e-5)
+    near = [np.all(np.where(np.isfinite(r) & (r > 0), (r <= spread) & (r >= 1 / spread), True),
+                   axis=(1, 2)) for r in ratio]  # fmt: skip
+    assert (near[0] | near[1]).all() and near[0].any() and near[1].any()
+    assert (near[0] ^ near[1]).all()  # the two presets are far apart: each draw is one's
+    with pytest.raises(hj.PlanError, match="at most once"):
+        ppo.make_setup(dataclasses.replace(TINY, platforms=("edge",)))
+    with pytest.raises(hj.UnknownNameError):
+        ppo.make_setup(dataclasses.replace(TINY, platforms=("mars",)))

@@ -9,17 +9,20 @@ from pathlib import Path
 
 import jax
 
-__all__ = ["train_job", "load_policy"]
+__all__ = ["train_job", "load_policy", "check_zero_shot"]
 
 
 def train_job(config, out: Path, *, resume: bool = False, held_out: int = 256, chunk: int = 10,
               best_of: int = 16, budget: bool = True, progress: bool = True,
-              stop_after: int | None = None, validation: int = 128) -> dict | None:  # fmt: skip
+              stop_after: int | None = None, validation: int = 128,
+              zero_shot: dict | None = None) -> dict | None:  # fmt: skip
     """Train, then write the PNGs and report.json into `out` (returns the report; None when
     stopped early by `stop_after`). The report judges the validation-selected policy
     (`Trainer.best`), its plan the best of the greedy and `best_of` sampled plans; `budget`
     adds the search-budget comparison and budget.png; `validation` platforms select the
-    model (`Trainer`).
+    model (`Trainer`). `zero_shot` ({"models": [...], "presets": [...], "n": platforms per
+    pair}) adds report["zero_shot"]: the policy and every baseline on each (model, preset)
+    pair, seen in training or not (`report.zero_shot_report`).
 
     report.json is written last (atomically) and records the report's options under "job":
     a resumed run that is already finished and holds a report.json with the same options
@@ -32,11 +35,15 @@ def train_job(config, out: Path, *, resume: bool = False, held_out: int = 256, c
 
     if best_of < 0:  # refused before training, not after
         raise PlanError(f"best_of = {best_of}: sampled plans must be >= 0")
+    if zero_shot is not None:
+        zero_shot = check_zero_shot(config, zero_shot)
     trainer = Trainer(config, out, chunk=chunk, validation=validation)
     runner, rows = trainer.run(resume=resume, progress=progress, stop_after=stop_after)
     if stop_after is not None and int(runner.update) < config.num_updates:
         return None
     job = {"held_out": held_out, "best_of": best_of, "budget": budget}
+    if zero_shot is not None:  # (absent otherwise: reports written before it still match)
+        job["zero_shot"] = zero_shot
     path = Path(out) / "report.json"
     if resume and path.exists():
         done = read_json(path)
@@ -58,6 +65,11 @@ def train_job(config, out: Path, *, resume: bool = False, held_out: int = 256, c
                         "selected_val_score": selected.get("val_score"),
                         "final_val_score": rows[-1].get("val_score"),
                         "validation_platforms": trainer.n_validation}}  # fmt: skip
+    if zero_shot is not None:
+        doc["zero_shot"] = report.zero_shot_report(
+            setup, best.params, jax.random.fold_in(trainer.keys["held_out"], 1),
+            zero_shot["models"], zero_shot["presets"], zero_shot["n"], best_of=best_of,
+        )  # fmt: skip
     report.plot_learning_curve(rows, Path(out) / "learning_curve.png")
     report.plot_load_distribution(setup, plan, opt_plan, Path(out) / "load_distribution.png",
                                   f"{config.model} on {config.platform}")  # fmt: skip
@@ -85,3 +97,31 @@ def load_policy(checkpoint_dir: Path):
     best = d / "best.msgpack"  # the validation-selected policy, else the latest
     runner, _ = load_checkpoint(best if best.exists() else d / "checkpoint.msgpack", template)
     return config, runner.params
+
+
+def check_zero_shot(config, zero_shot: dict) -> dict:
+    """The zero-shot grid, every model loadable and every preset known and within the
+    policy's device slots, checked before training (one `HetjaxError` line otherwise)."""
+    import hetjax as hj
+    from hetjax.agents import ppo
+    from hetjax.errors import PlanError
+
+    unknown = sorted(set(zero_shot) - {"models", "presets", "n"})
+    if unknown:
+        raise PlanError(f"zero_shot: unknown key(s) {unknown}; expected models, presets, n")
+    models = [str(m) for m in zero_shot.get("models", ())]
+    presets = [str(p) for p in zero_shot.get("presets", ())]
+    n = zero_shot.get("n", 64)
+    if not models or not presets:
+        raise PlanError(f"zero_shot = {zero_shot!r}: needs at least one model and one preset")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise PlanError(f"zero_shot n = {n!r}: platforms per pair must be an int >= 1")
+    d_max = config.d_max or hj.hardware.preset(config.platform).d_max
+    for p in presets:
+        devices = hj.hardware.preset(p).d_max  # unknown names raise UnknownNameError
+        if devices > d_max:
+            raise hj.PlatformError(f"zero_shot preset {p!r}: {devices} devices > d_max="
+                                   f"{d_max}, the policy's device slots")  # fmt: skip
+    for m in models:
+        ppo.load_model(config, m)
+    return {"models": models, "presets": presets, "n": n}

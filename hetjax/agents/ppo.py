@@ -74,6 +74,9 @@ class PPOConfig:
     dims: tuple[tuple[str, int], ...] = ()
     blocks: str | None = None
     platform: str = "edge"  # preset around which training platforms are sampled
+    # more presets to sample around: each environment draws one of (platform,) + platforms per
+    # update (uniformly); the `place` default and the report's preset row use `platform`
+    platforms: tuple[str, ...] = ()
     # device slots of the environment (the observation's width): the policy applies to every
     # platform with up to d_max devices (`hetjax place --platform`); 0 = the preset's count
     d_max: int = 3
@@ -197,6 +200,8 @@ def _check_config(c: PPOConfig) -> None:
             bad(name, "must be a name (str)")
     if isinstance(c.models, str) or not all(isinstance(m, str) for m in c.models):
         bad("models", "must be a tuple of model names")
+    if isinstance(c.platforms, str) or not all(isinstance(p, str) for p in c.platforms):
+        bad("platforms", "must be a tuple of preset names")
     if not all(
         isinstance(d, tuple) and len(d) == 2 and isinstance(d[0], str)
         and isinstance(d[1], int | np.integer) and not isinstance(d[1], bool) and d[1] >= 1
@@ -253,7 +258,8 @@ def _is_numbers(x) -> bool:
 # Fields added to PPOConfig after runs were saved without them, and the value those runs used.
 LEGACY_DEFAULTS = {"bc_coef": 0.0, "imitation_ties": "as_solved", "models": (), "dagger_rounds": 0,
                    "d_max": 0, "shaping": 0.0, "ent_coef_end": None,
-                   "load_features": False, "batch_epsilon": None}  # fmt: skip
+                   "load_features": False, "batch_epsilon": None,
+                   "platforms": ()}  # fmt: skip
 
 
 class Transition(NamedTuple):
@@ -322,6 +328,8 @@ class Setup:
     total_steps: int = 0
     model_names: tuple[str, ...] = ()  # (config.model,) + config.models
     graphs: object = field(default=None, compare=False)  # LayerGraph stacked [G], same padding
+    # the padded presets (platform,) + config.platforms that training samples around
+    bases: tuple = field(default=(), compare=False)
 
     @property
     def mixed(self) -> bool:
@@ -381,19 +389,27 @@ def make_setup(config: PPOConfig) -> Setup:
                            " (the model) included")  # fmt: skip
     if isinstance(config.d_max, bool) or not isinstance(config.d_max, int) or config.d_max < 0:
         raise hj.PlanError(f"d_max={config.d_max!r}: must be an integer >= 0 (0: the preset's)")
+    presets = (config.platform,) + tuple(config.platforms)
+    if len(set(presets)) != len(presets):
+        raise hj.PlanError(f"platforms={config.platforms!r}: each preset at most once, "
+                           f"{config.platform!r} (the platform) included")  # fmt: skip
     graphs = [load_model(config, name) for name in names]
-    base = hj.hardware.preset(config.platform)
-    if config.d_max and base.d_max > config.d_max:
-        raise hj.PlatformError(
-            f"platform={config.platform!r} has {base.d_max} devices > d_max={config.d_max}, "
-            "the device slots of the policy's observation"
-        )
+    bases = [hj.hardware.preset(name) for name in presets]
+    base = bases[0]
+    for name, b in zip(presets, bases, strict=True):
+        if config.d_max and b.d_max > config.d_max:
+            raise hj.PlatformError(
+                f"platform={name!r} has {b.d_max} devices > d_max={config.d_max}, "
+                "the device slots of the policy's observation"
+            )
     env = PlacementEnv.sized_for(
-        graphs, [base], num_batches=len(config.batches), d_max=config.d_max or base.d_max
-    )
+        graphs, bases, num_batches=len(config.batches),
+        d_max=config.d_max or max(b.d_max for b in bases),
+    )  # fmt: skip
     graphs = [env.pad_graph(g) for g in graphs]
     graph = graphs[0]
-    base = env.pad_platform(base)
+    bases = [env.pad_platform(b) for b in bases]
+    base = bases[0]
     episode_len = 1 + max(int(np.asarray(g.block_mask).sum()) for g in graphs)
     if config.encoder == "episode":
         network = EpisodeActorCritic(
@@ -416,12 +432,19 @@ def make_setup(config: PPOConfig) -> Setup:
         optax.clip_by_global_norm(config.max_grad_norm), optax.adam(lr, eps=1e-5)
     )
     return Setup(config, env, graph, base, network, episode_len, optimizer, minibatch_steps,
-                 names, hj.graphs.stack(graphs))  # fmt: skip
+                 names, hj.graphs.stack(graphs), tuple(bases))  # fmt: skip
 
 
 def sample_platforms(setup: Setup, key, n: int):
-    """n platforms around the preset, padded to the environment's device count."""
-    return hj.hardware.sample(key, n, base=setup.base, spread=setup.config.spread)
+    """n platforms around the preset (with `config.platforms`: each around a preset drawn
+    uniformly from (platform,) + platforms), padded to the environment's device count."""
+    spread = setup.config.spread
+    if len(setup.bases) <= 1:  # one preset: as before `platforms` existed
+        return hj.hardware.sample(key, n, base=setup.base, spread=spread)
+    each = [hj.hardware.sample(jax.random.fold_in(key, i), n, base=b, spread=spread)
+            for i, b in enumerate(setup.bases)]  # fmt: skip
+    pick = jax.random.randint(jax.random.fold_in(key, len(each)), (n,), 0, len(each))
+    return jax.tree.map(lambda *xs: jnp.stack(xs)[pick, jnp.arange(n)], *each)
 
 
 def sample_models(setup: Setup, key, n: int):

@@ -3,7 +3,9 @@ platforms against the exact optimum and every baseline strategy."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -16,7 +18,7 @@ from hetjax.compare import gap_pct
 
 __all__ = ["POLICY_SAMPLES", "SEARCH_BUDGETS", "decode_name", "episode_plan", "policy_plan",
            "preset_report",
-           "held_out_report", "plot_learning_curve", "plot_load_distribution",
+           "held_out_report", "zero_shot_report", "plot_learning_curve", "plot_load_distribution",
            "plot_budget"]  # fmt: skip
 
 # The budget comparison (report.json["held_out"]["budget"], budget.png): the policy with K
@@ -107,7 +109,7 @@ def decode_name(best_of: int) -> str:
 
 
 def held_out_report(setup: ppo.Setup, params, key, n: int, best_of: int = 0,
-                    budget: bool = False) -> dict:  # fmt: skip
+                    budget: bool = False, by_model: bool = True) -> dict:  # fmt: skip
     """Zero-shot on n platforms sampled from a stream training never used, every gap (% of
     the exact optimum's score) with the simulations (cost-model evaluations) per platform that
     produced it:
@@ -117,7 +119,7 @@ def held_out_report(setup: ppo.Setup, params, key, n: int, best_of: int = 0,
     - "baselines": every baseline strategy at its default budget;
     - "budget" (budget=True): the policy at `POLICY_SAMPLES` samples and random_search and
       cem at `SEARCH_BUDGETS`, gap against simulations;
-    - "by_model" (several trained models): the greedy policy on each of them.
+    - "by_model" (several trained models, `by_model`): the greedy policy on each of them.
     All on `config.model`."""
     c = setup.config
     platforms = ppo.sample_platforms(setup, key, n)
@@ -172,7 +174,7 @@ def held_out_report(setup: ppo.Setup, params, key, n: int, best_of: int = 0,
             k = max(1, round(population * iterations / n_batches))
             curve["random_search"].append(search_point("random_search", k * n_batches, k=k))
         out["budget"] = curve
-    if setup.mixed:  # the greedy policy on the same platforms with each trained model
+    if setup.mixed and by_model:  # the greedy policy on the same platforms, each trained model
         greedy = jax.jit(lambda p, k, pl, ms: ppo.greedy_rollout(setup, p, k, pl, ms)[0])
         out["by_model"] = {}
         for m, name in enumerate(setup.model_names):
@@ -291,3 +293,37 @@ def plot_load_distribution(setup: ppo.Setup, plan, opt_plan, path, title):
     ax.legend()
     save_figure(fig, path)
     plt.close(fig)
+
+
+def zero_shot_report(setup: ppo.Setup, params, key, models, presets, n: int,
+                     best_of: int = 0) -> list[dict]:  # fmt: skip
+    """The trained policy, without more training, on every (model, preset) pair: one entry
+    each, `{"model", "preset", "seen_model", "seen_preset", "n", "exact_wall_s", "policy",
+    "policy_greedy", "baselines"}`, the last three as in `held_out_report` (gaps in % of the
+    exact optimum's score on `n` platforms sampled around the preset from a stream training
+    never used; simulations per platform in each row). `models`: built-in names or ONNX
+    files; `presets`: preset names with up to the policy's `d_max` devices. A pair is seen
+    when training drew its model (`config.model` or `config.models`) or its preset
+    (`config.platform` or `config.platforms`). The policy runs in the environment sized for
+    the pair's model and the trained models together (the trained padding kept, as `hetjax
+    place` does)."""
+    c = setup.config
+    seen_presets = (c.platform, *c.platforms)
+    out = []
+    for i, model in enumerate(models):
+        for j, preset in enumerate(presets):
+            config = dataclasses.replace(
+                c, model=model, models=tuple(m for m in setup.model_names if m != model),
+                platform=preset, platforms=(), d_max=setup.env.d_max,
+            )  # fmt: skip
+            pair = ppo.make_setup(config)
+            held = held_out_report(pair, params, jax.random.fold_in(key, i * len(presets) + j),
+                                   n, best_of=best_of, by_model=False)  # fmt: skip
+            out.append({
+                "model": Path(model).name if hj.graphs.is_onnx_path(model) else model,
+                "preset": preset, "seen_model": model in setup.model_names,
+                "seen_preset": preset in seen_presets, "n": n,
+                "exact_wall_s": held["exact_wall_s"], "policy": held["policy"],
+                "policy_greedy": held["policy_greedy"], "baselines": held["baselines"],
+            })  # fmt: skip
+    return out

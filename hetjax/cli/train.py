@@ -27,6 +27,23 @@ def train_cmd(
     dim: DimOpt = None,
     blocks: BlocksOpt = None,
     platform: Annotated[str, typer.Option(help="preset to sample platforms around")] = "edge",
+    platforms: Annotated[
+        str | None,
+        typer.Option(help="more presets to sample around, comma-separated (e.g. datacenter)"),
+    ] = None,
+    zero_shot_models: Annotated[
+        str | None,
+        typer.Option(
+            help="report the policy on these models (names or ONNX files, "
+            "comma-separated) x --zero-shot-platforms, seen in training or not"
+        ),
+    ] = None,
+    zero_shot_platforms: Annotated[
+        str | None, typer.Option(help="presets of the zero-shot report, comma-separated")
+    ] = None,
+    zero_shot_n: Annotated[
+        int, typer.Option(help="held-out platforms per zero-shot (model, preset) pair")
+    ] = 64,
     num_envs: Annotated[int | None, typer.Option(help="parallel environments")] = None,
     num_updates: Annotated[int | None, typer.Option(help="PPO updates")] = None,
     teacher: Annotated[
@@ -105,6 +122,18 @@ def train_cmd(
     checks.one_of("--advantage", advantage, ADVANTAGES)
     checks.one_of("--encoder", encoder, ENCODERS)
     checks.one_of("--platform", platform, tuple(hj.hardware.PRESETS))
+    more = _names(platforms)
+    for name in more:
+        checks.one_of("--platforms", name, tuple(hj.hardware.PRESETS))
+    zs_models, zs_presets = _names(zero_shot_models), _names(zero_shot_platforms)
+    for name in zs_presets:
+        checks.one_of("--zero-shot-platforms", name, tuple(hj.hardware.PRESETS))
+    checks.at_least("--zero-shot-n", zero_shot_n, 1)
+    if bool(zs_models) != bool(zs_presets):
+        raise checks.OptionError(
+            f"--zero-shot-models {zero_shot_models!r} and --zero-shot-platforms "
+            f"{zero_shot_platforms!r}: give both or neither"
+        )
     dims = checks.parse_dims("--dim", dim)
     checks.writable_dir("--out", out)
     checks.run_dir("--out", out, must_exist=False)
@@ -116,17 +145,29 @@ def train_cmd(
     # --teacher none: the from-scratch settings; options given here still win
     settings = dict(FROM_SCRATCH) if teacher == "none" else {"imitation_teacher": teacher}
     settings.update({k: v for k, v in given.items() if v is not None})
-    config = PPOConfig(model=model, models=extra, platform=platform, seed=seed, seq_len=seq_len,
-                       dims=tuple(dims.items()), blocks=blocks, **settings)  # fmt: skip
+    config = PPOConfig(model=model, models=extra, platform=platform, platforms=more,
+                       seed=seed, seq_len=seq_len, dims=tuple(dims.items()), blocks=blocks,
+                       **settings)  # fmt: skip
     for name in (model, *extra):
         with checks.naming("--models" if name in extra else "--model", name):
             load_model(config, name)
+    for name in zs_models:
+        with checks.naming("--zero-shot-models", name):
+            load_model(config, name)
     make_setup(config)  # the config's own rules (e.g. num_envs a multiple of num_minibatches)
+    zero_shot = None
+    if zs_models:
+        zero_shot = {"models": list(zs_models), "presets": list(zs_presets), "n": zero_shot_n}
+        with checks.naming("--zero-shot-platforms", ",".join(zs_presets)):
+            from hetjax.agents.jobs import check_zero_shot
+
+            check_zero_shot(config, zero_shot)
     if chunk is None:
         chunk = max(1, config.num_updates // 100) if teacher == "none" else 10
     from hetjax.agents.jobs import train_job
 
-    doc = train_job(config, out, resume=resume, held_out=held_out, chunk=chunk, best_of=best_of)
+    doc = train_job(config, out, resume=resume, held_out=held_out, chunk=chunk, best_of=best_of,
+                    zero_shot=zero_shot)  # fmt: skip
     p, h = doc["preset"], doc["held_out"]
     t = Table(title=f"learned policy: {model} on {platform}")
     t.add_column("metric")
@@ -172,6 +213,20 @@ def train_cmd(
             t3.add_row(name, f"{s['mean_gap_pct']:.2f}", f"{s['median_gap_pct']:.2f}",
                        f"{100 * s['within_1pct']:.1f}")  # fmt: skip
         console.print(t3)
+    if "zero_shot" in doc:
+        t5 = Table(title="zero-shot: greedy policy and the best baseline, mean gap % to the exact "
+                   "optimum")  # fmt: skip
+        for col in ("model", "preset", "seen", "policy (greedy)", f"policy ({best_of + 1} sims)",
+                    "best baseline", "gap %"):  # fmt: skip
+            t5.add_column(col, justify="right")
+        for e in doc["zero_shot"]:
+            name, b = min(e["baselines"].items(), key=lambda kv: kv[1]["mean_gap_pct"])
+            flags = (("model", e["seen_model"]), ("preset", e["seen_preset"]))
+            seen = "/".join(w for w, s in flags if s) or "neither"
+            t5.add_row(e["model"], e["preset"], seen, f"{e['policy_greedy']['mean_gap_pct']:.2f}",
+                       f"{e['policy']['mean_gap_pct']:.2f}", name,
+                       f"{b['mean_gap_pct']:.2f}")  # fmt: skip
+        console.print(t5)
     console.print(f"wrote {out}/report.json, metrics.csv, learning_curve.png, "
                   "load_distribution.png, budget.png, checkpoint.msgpack")  # fmt: skip
 
@@ -260,3 +315,8 @@ def place_cmd(
         t.add_row(k, v)
     t.add_row("score", f"{float(hj.score(m, ref, config.weights)):.4f}")
     console.print(t)
+
+
+def _names(text: str | None) -> tuple[str, ...]:
+    """A comma-separated option's names (empty entries dropped)."""
+    return tuple(n.strip() for n in text.split(",") if n.strip()) if text else ()
