@@ -402,7 +402,8 @@ def _greedy_eft(key, graph, platform, batch):
         return new, c.astype(jnp.int32)
 
     # the carry's float type is the step's (float64 platforms under jax_enable_x64)
-    dt = jnp.result_type(cost, platform.link_latency, platform.link_bw, batch, info.in_bytes)
+    dt = jnp.result_type(cost, platform.link_latency, platform.link_bw, batch, info.in_bytes,
+                         info.params, info.act)  # fmt: skip
     zeros = jnp.zeros((d,), dt)
     init = _EftState(
         dev_free=zeros,

@@ -55,13 +55,13 @@ def test_policy_trained_on_edge_places_on_host3(tmp_path, monkeypatch, capsys):
 
     onnx = str(export_transformer("bert-tiny", tmp_path / "bert-tiny.onnx"))
     run = tmp_path / "run"
-    cfg = dataclasses.replace(TINY, model=onnx)
+    cfg = dataclasses.replace(TINY, model=onnx, platforms=("soc",))  # around edge and soc
     mini = str(export_transformer("bert-mini", tmp_path / "bert-mini.onnx"))
     zero_shot = {"models": [onnx, mini], "presets": ["host3"], "n": 2}
     doc = train_job(cfg, run, held_out=2, chunk=2, progress=False, best_of=0, budget=False,
                     validation=4, zero_shot=zero_shot)  # fmt: skip
     saved = json.loads((run / "config.json").read_text())["ppo"]
-    assert saved["d_max"] == 3 and saved["model"] == onnx
+    assert saved["d_max"] == 3 and saved["model"] == onnx and saved["platforms"] == ["soc"]
     # the zero-shot entries: the trained model and an unseen one, on an unseen preset
     entries = doc["zero_shot"]
     assert [(e["model"], e["preset"], e["seen_model"], e["seen_preset"]) for e in entries] == [
@@ -94,6 +94,13 @@ def test_policy_trained_on_edge_places_on_host3(tmp_path, monkeypatch, capsys):
     assert len(devices) == n_blocks and set(devices) <= set("012")
     for name in hj.hardware.PRESETS["host3"].device_names:
         assert name in out
+    # the second training preset
+    code, out = _cli(monkeypatch, capsys, "place", "--checkpoint", str(run), "--platform", "soc",
+                     "--best-of", "0")  # fmt: skip
+    assert code == 0 and "on soc" in out, out
+    # --dim without an ONNX --model: refused in one line
+    code, out = _cli(monkeypatch, capsys, "place", "--checkpoint", str(run), "--dim", "x=1")
+    assert code == 2 and out.count("\n") == 1 and "--dim" in out, out
     # a platform file with more devices than the policy's slots: one line, exit 2
     big = tmp_path / "big.json"
     hj.hardware.save(hj.hardware.pad(hj.hardware.preset("host3"), 4), big)

@@ -116,7 +116,7 @@ def check_zero_shot(config, zero_shot: dict) -> dict:
         raise PlanError(f"zero_shot = {zero_shot!r}: needs at least one model and one preset")
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise PlanError(f"zero_shot n = {n!r}: platforms per pair must be an int >= 1")
-    d_max = config.d_max or hj.hardware.preset(config.platform).d_max
+    d_max = ppo.device_slots(config)
     for p in presets:
         devices = hj.hardware.preset(p).d_max  # unknown names raise UnknownNameError
         if devices > d_max:

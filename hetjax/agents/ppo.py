@@ -42,6 +42,7 @@ __all__ = [
     "behaviour_log_prob",
     "behaviour_epsilon",
     "sample_platforms",
+    "device_slots",
     "sample_models",
     "concat_teachers",
     "greedy_rollout",
@@ -435,15 +436,23 @@ def make_setup(config: PPOConfig) -> Setup:
                  names, hj.graphs.stack(graphs), tuple(bases))  # fmt: skip
 
 
+def device_slots(config: PPOConfig) -> int:
+    """The policy's device slots: `config.d_max`, or (0, runs saved before d_max existed) the
+    most devices of the presets it trained around."""
+    presets = (config.platform,) + tuple(config.platforms)
+    return config.d_max or max(hj.hardware.preset(p).d_max for p in presets)
+
+
 def sample_platforms(setup: Setup, key, n: int):
     """n platforms around the preset (with `config.platforms`: each around a preset drawn
     uniformly from (platform,) + platforms), padded to the environment's device count."""
     spread = setup.config.spread
     if len(setup.bases) <= 1:  # one preset: as before `platforms` existed
         return hj.hardware.sample(key, n, base=setup.base, spread=spread)
-    each = [hj.hardware.sample(jax.random.fold_in(key, i), n, base=b, spread=spread)
+    # streams of their own (sample_models draws from fold_in(key, 1))
+    each = [hj.hardware.sample(jax.random.fold_in(key, 1000 + i), n, base=b, spread=spread)
             for i, b in enumerate(setup.bases)]  # fmt: skip
-    pick = jax.random.randint(jax.random.fold_in(key, len(each)), (n,), 0, len(each))
+    pick = jax.random.randint(jax.random.fold_in(key, 999), (n,), 0, len(each))
     return jax.tree.map(lambda *xs: jnp.stack(xs)[pick, jnp.arange(n)], *each)
 
 
@@ -494,10 +503,11 @@ def behaviour_epsilon(setup: Setup, obs):
     """The exploration rate of each observation (any leading axes): `config.batch_epsilon` at
     batch steps (the observation's "phase" feature is 1), `config.epsilon` at block steps."""
     c = setup.config
+    dtype = obs.features.dtype  # the rollout's (float64 under jax_enable_x64)
     if c.batch_epsilon is None:
-        return jnp.asarray(c.epsilon, jnp.float32)
+        return jnp.asarray(c.epsilon, dtype)
     phase = obs.features[..., setup.env.feature_layout["phase"].start]
-    return jnp.where(phase > 0.5, c.batch_epsilon, c.epsilon).astype(jnp.float32)
+    return jnp.where(phase > 0.5, c.batch_epsilon, c.epsilon).astype(dtype)
 
 
 def _episode_fns(setup: Setup, net_params):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 from typing import Annotated
 
@@ -257,6 +258,16 @@ def place_cmd(
     checks.at_least("--best-of", best_of, 0)
     checks.at_least("--seed", seed, 0)
     dims = checks.parse_dims("--dim", dim)
+    if (dim or blocks is not None) and not (model and hj.graphs.is_onnx_path(model)):
+        option = "--dim" if dim else "--blocks"
+        raise checks.OptionError(f"{option} {(dim or [blocks])[0]!r}: applies to an ONNX "
+                                 f"--model, got --model {model!r}")  # fmt: skip
+    if blocks is not None:
+        with checks.naming("--blocks", blocks):
+            try:
+                re.compile(blocks)
+            except re.error as err:
+                raise checks.OptionError(f"not a regular expression ({err})") from None
     # a preset by name, or a platform JSON file (validated here, before any work)
     loaded, names = (None, None) if platform is None else checks.platform(platform)
     checks.run_dir("--checkpoint", checkpoint, must_exist=True)
@@ -265,9 +276,9 @@ def place_cmd(
     from hetjax.agents.jobs import load_policy
 
     config, params = load_policy(checkpoint)
-    if dim or blocks is not None:  # the ONNX options of a model other than the trained one
+    if dim or blocks is not None:  # the ONNX options of the model to place (dims merged)
         config = dataclasses.replace(
-            config, dims=tuple(dims.items()) or config.dims,
+            config, dims=tuple({**dict(config.dims), **dims}.items()),
             blocks=config.blocks if blocks is None else blocks,
         )  # fmt: skip
     if model is not None:
@@ -280,10 +291,11 @@ def place_cmd(
     trained = (config.model,) + tuple(config.models)
     # and the device slots: any platform with up to d_max devices (a run saved before d_max
     # existed has the trained preset's count)
-    d_max = config.d_max or hj.hardware.preset(config.platform).d_max
+    d_max = ppo.device_slots(config)
     config = dataclasses.replace(config, model=pick,
                                  models=tuple(n for n in trained if n != pick),
-                                 platform=preset or config.platform, d_max=d_max)  # fmt: skip
+                                 platform=preset or config.platform, platforms=(),
+                                 d_max=d_max)  # fmt: skip
     if loaded is not None and int(loaded.d_max) > d_max:
         raise hj.PlatformError(
             f"--platform {platform!r}: {int(loaded.d_max)} device slots > d_max={d_max}, the "
