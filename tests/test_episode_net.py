@@ -6,9 +6,7 @@ recomputation (`network.apply` on every observation), and a tiny from-scratch ru
 
 import dataclasses
 
-import flax.linen as nn
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -80,43 +78,6 @@ def test_first_epoch_ratio_is_one_on_whole_episodes(setup, rollout):
     adv, target = ppo._gae(traj, 1.0, 0.95)
     _, info = jax.jit(lambda p: ppo._ppo_loss(setup, p, traj, adv, target))(runner.params)
     assert float(info["approx_kl"]) == pytest.approx(0.0, abs=1e-6)
-
-
-def test_precomputed_terms_equal_the_summary_layer_on_the_pooled_embeddings(setup, rollout):
-    """The context's per-block terms are `from_summary` (a linear layer) applied to the
-    per-device and remaining sums of the blocks' embeddings, folded through the sums: the
-    step's first layer equals the plain formula (concatenate the sums, then the layer)."""
-    runner, _, traj = rollout
-    net = setup.network
-    d = setup.env.d_max
-
-    def plain(m, obs):  # the head's first layer the direct way
-        mask = obs.block_mask
-        n_real = jnp.maximum(mask.sum(), 1).astype(jnp.float32)
-        x = m.embed2(nn.gelu(m.embed1(obs.blocks[:, : m.block_split])))
-        x = jnp.where(mask[:, None], nn.gelu(x), 0.0)
-        key = jnp.where(mask[:, None], m.to_key(x), 0.0)
-        col = m.block_split
-        placed_on = obs.blocks[:, col : col + d]
-        placed, current = obs.blocks[:, col + d], obs.blocks[:, col + d + 1]
-        todo = jnp.where(mask, 1.0 - placed - current, 0.0)
-        summary = jnp.concatenate([(placed_on.T @ key / n_real).reshape(-1), todo @ key / n_real])
-        return current @ m.to_current(x) + m.from_summary(summary)
-
-    def folded(m, obs):
-        ctx = m.encode(obs)
-        col = m.block_split
-        placed_on = obs.blocks[:, col : col + d]
-        placed, current = obs.blocks[:, col + d], obs.blocks[:, col + d + 1]
-        todo = jnp.where(obs.block_mask, 1.0 - placed - current, 0.0)
-        role = jnp.concatenate([current[:, None], placed_on, todo[:, None]], axis=1)
-        return jnp.einsum("mr,mrh->h", role, ctx.terms)
-
-    obs = jax.tree.map(lambda x: x[3], traj.obs)  # a block step, some blocks placed
-    want = jax.vmap(lambda o: net.apply(runner.params, o, method=plain))(obs)
-    got = jax.vmap(lambda o: net.apply(runner.params, o, method=folded))(obs)
-    assert float(jnp.abs(want).max()) > 0
-    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-6)
 
 
 def test_batch_epsilon_explores_the_batch_step_and_the_loss_uses_the_same_mixture(setup):

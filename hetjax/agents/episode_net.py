@@ -32,17 +32,10 @@ __all__ = ["EpisodeActorCritic", "EpisodeContext"]
 class EpisodeContext:
     """What `EpisodeActorCritic.encode` computes once per episode (one environment)."""
 
-    # each block's terms in the head's first layer, by role: [:, 0] as the current block,
-    # [:, 1 + d] as a block placed on device d, [:, D + 1] as a block still to place (the
-    # placed / remaining embedding sums already multiplied through `from_summary`, / n_real)
-    terms: jax.Array  # f32[M, D + 2, Hh]
+    current: jax.Array  # f32[M, Hh]  each block's term in the head's first layer
+    key: jax.Array  # f32[M, Hs]      each block's embedding for the placed / remaining sums
     platform: jax.Array  # f32[Hh]    the static features' and block summary's term
     n_real: jax.Array  # f32[]        real blocks (>= 1)
-
-    @property
-    def current(self) -> jax.Array:
-        """f32[M, Hh]: each block's term as the current block."""
-        return self.terms[..., 0, :]
 
 
 class EpisodeActorCritic(nn.Module):
@@ -93,16 +86,10 @@ class EpisodeActorCritic(nn.Module):
         x = jnp.where(mask[:, None], nn.gelu(x), 0.0)
         pooled = jnp.concatenate([x.sum(0) / n_real, x.sum(0) / m,
                                   obs.features[self.feature_split :]])  # fmt: skip
-        key = jnp.where(mask[:, None], self.to_key(x), 0.0) / n_real  # [M, Hs]
-        # `from_summary` is linear (no bias): its term for the per-device and remaining sums
-        # of the blocks' embeddings is the sum of each block's own term, computed here once
-        if self.is_initializing():
-            self.from_summary(jnp.zeros(((self.d_max + 1) * self.summary_width,)))
-        w = self.from_summary.variables["params"]["kernel"]  # [(D + 1) * Hs, Hh]
-        w = w.reshape(self.d_max + 1, self.summary_width, self.head_width)
-        summary = jnp.einsum("mk,rkh->mrh", key, w)  # [M, D + 1, Hh]
-        terms = jnp.concatenate([self.to_current(x)[:, None], summary], axis=1)
-        return EpisodeContext(terms=terms, platform=self.to_platform(pooled), n_real=n_real)
+        return EpisodeContext(
+            current=self.to_current(x), key=jnp.where(mask[:, None], self.to_key(x), 0.0),
+            platform=self.to_platform(pooled), n_real=n_real,
+        )  # fmt: skip
 
     def step(self, ctx: EpisodeContext, obs):
         """(logits, value) of one observation from its episode's context."""
@@ -111,12 +98,14 @@ class EpisodeActorCritic(nn.Module):
         placed = obs.blocks[:, col + self.d_max]
         current = obs.blocks[:, col + self.d_max + 1]
         todo = jnp.where(obs.block_mask, 1.0 - placed - current, 0.0)
-        # each block's role this step: current, placed on device d, or still to place
-        role = jnp.concatenate([current[:, None], placed_on, todo[:, None]], axis=1)  # [M, D+2]
+        per_device = placed_on.T @ ctx.key / ctx.n_real  # [D, Hs]
+        remaining = todo @ ctx.key / ctx.n_real  # [Hs]
+        summary = jnp.concatenate([per_device.reshape(-1), remaining])
         h = (
             ctx.platform
-            + jnp.einsum("mr,mrh->h", role, ctx.terms)
+            + current @ ctx.current
             + self.from_dynamic(obs.features[: self.feature_split])
+            + self.from_summary(summary)
         )
         if self.share_from is not None:
             h = h + self.from_load(self.load_features(obs))
