@@ -19,7 +19,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/pytest -q -n 3 --durations=25
+	$(BIN)/pytest -q -n 2 --durations=25
 	# the tests marked x64 (together they call every public function) once more in float64
 	JAX_ENABLE_X64=1 $(BIN)/pytest -q -n 2 -m x64
 
