@@ -141,6 +141,11 @@ class PPOConfig:
     def __post_init__(self):
         _check_config(self)
 
+    @property
+    def presets(self) -> tuple[str, ...]:
+        """Every preset training samples around: (platform,) + platforms."""
+        return (self.platform,) + tuple(self.platforms)
+
     def to_dict(self) -> dict:
         """The config as config.json holds it (tuples as lists); `from_dict` inverts it."""
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
@@ -390,7 +395,7 @@ def make_setup(config: PPOConfig) -> Setup:
                            " (the model) included")  # fmt: skip
     if isinstance(config.d_max, bool) or not isinstance(config.d_max, int) or config.d_max < 0:
         raise hj.PlanError(f"d_max={config.d_max!r}: must be an integer >= 0 (0: the preset's)")
-    presets = (config.platform,) + tuple(config.platforms)
+    presets = config.presets
     if len(set(presets)) != len(presets):
         raise hj.PlanError(f"platforms={config.platforms!r}: each preset at most once, "
                            f"{config.platform!r} (the platform) included")  # fmt: skip
@@ -404,9 +409,8 @@ def make_setup(config: PPOConfig) -> Setup:
                 "the device slots of the policy's observation"
             )
     env = PlacementEnv.sized_for(
-        graphs, bases, num_batches=len(config.batches),
-        d_max=config.d_max or max(b.d_max for b in bases),
-    )  # fmt: skip
+        graphs, bases, num_batches=len(config.batches), d_max=device_slots(config)
+    )
     graphs = [env.pad_graph(g) for g in graphs]
     graph = graphs[0]
     bases = [env.pad_platform(b) for b in bases]
@@ -439,8 +443,7 @@ def make_setup(config: PPOConfig) -> Setup:
 def device_slots(config: PPOConfig) -> int:
     """The policy's device slots: `config.d_max`, or (0, runs saved before d_max existed) the
     most devices of the presets it trained around."""
-    presets = (config.platform,) + tuple(config.platforms)
-    return config.d_max or max(hj.hardware.preset(p).d_max for p in presets)
+    return config.d_max or max(hj.hardware.preset(p).d_max for p in config.presets)
 
 
 def sample_platforms(setup: Setup, key, n: int):
@@ -503,11 +506,17 @@ def behaviour_epsilon(setup: Setup, obs):
     """The exploration rate of each observation (any leading axes): `config.batch_epsilon` at
     batch steps (the observation's "phase" feature is 1), `config.epsilon` at block steps."""
     c = setup.config
+    return _step_epsilon(setup, obs, c.epsilon, c.batch_epsilon)
+
+
+def _step_epsilon(setup: Setup, obs, epsilon, batch_epsilon):
+    """`batch_epsilon` where the observation is a batch step, else `epsilon` (a number when
+    `batch_epsilon` is None)."""
     dtype = obs.features.dtype  # the rollout's (float64 under jax_enable_x64)
-    if c.batch_epsilon is None:
-        return jnp.asarray(c.epsilon, dtype)
+    if batch_epsilon is None:
+        return jnp.asarray(epsilon, dtype)
     phase = obs.features[..., setup.env.feature_layout["phase"].start]
-    return jnp.where(phase > 0.5, c.batch_epsilon, c.epsilon).astype(dtype)
+    return jnp.where(phase > 0.5, batch_epsilon, epsilon).astype(dtype)
 
 
 def _episode_fns(setup: Setup, net_params):
@@ -566,7 +575,8 @@ def _rollout(setup: Setup, net_params, key, params, epsilon, greedy=False, batch
         else:
             logits, value = jax.vmap(net.apply, in_axes=(None, 0))(net_params, obs)
         ka, ks = jax.random.split(k)
-        eps = epsilon if batch_epsilon is None else jnp.where(t == 0, batch_epsilon, epsilon)
+        eps = epsilon if batch_epsilon is None else _step_epsilon(setup, obs, epsilon,
+                                                                    batch_epsilon)  # fmt: skip
         if greedy:
             action = jnp.argmax(logits, -1)
         else:

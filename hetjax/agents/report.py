@@ -308,7 +308,6 @@ def zero_shot_report(setup: ppo.Setup, params, key, models, presets, n: int,
     the pair's model and the trained models together (the trained padding kept, as `hetjax
     place` does)."""
     c = setup.config
-    seen_presets = (c.platform, *c.platforms)
     out = []
     for i, model in enumerate(models):
         for j, preset in enumerate(presets):
@@ -322,7 +321,7 @@ def zero_shot_report(setup: ppo.Setup, params, key, models, presets, n: int,
             out.append({
                 "model": Path(model).name if hj.graphs.is_onnx_path(model) else model,
                 "preset": preset, "seen_model": model in setup.model_names,
-                "seen_preset": preset in seen_presets, "n": n,
+                "seen_preset": preset in c.presets, "n": n,
                 "exact_wall_s": held["exact_wall_s"], "policy": held["policy"],
                 "policy_greedy": held["policy_greedy"], "baselines": held["baselines"],
             })  # fmt: skip

@@ -142,7 +142,7 @@ def train_cmd(
                  imitation_platforms=imitation_platforms, imitation_ties=imitation_ties,
                  epsilon=epsilon, batch_epsilon=batch_epsilon, bc_coef=bc_coef,
                  dagger_rounds=dagger_rounds, advantage=advantage, encoder=encoder)  # fmt: skip
-    extra = tuple(m.strip() for m in models.split(",") if m.strip()) if models else ()
+    extra = _names(models)
     # --teacher none: the from-scratch settings; options given here still win
     settings = dict(FROM_SCRATCH) if teacher == "none" else {"imitation_teacher": teacher}
     settings.update({k: v for k, v in given.items() if v is not None})
@@ -302,7 +302,7 @@ def place_cmd(
             "device slots of the policy's observation"
         )
     setup = ppo.make_setup(config)
-    if preset is None and loaded is not None:  # a platform file: in the trained setup's slots
+    if loaded is not None:  # a preset or a platform file, in the trained setup's slots
         setup = dataclasses.replace(setup, base=setup.env.pad_platform(loaded))
     plan = report.policy_plan(setup, params, setup.base, jax.random.key(seed), best_of)
     g, p = setup.graph, setup.base
@@ -315,14 +315,13 @@ def place_cmd(
     sims = f"{best_of + 1} simulation{'s' * (best_of > 0)}"
     console.print(f"{report.decode_name(best_of)} ({sims}); batch "
                   f"{float(plan.batch):g}; block devices: {devices}")  # fmt: skip
-    where = config.platform if preset or loaded is None else platform
+    where = platform or config.platform
     t = Table(title=f"policy plan: {config.model} on {where}")
     t.add_column("metric")
     t.add_column("value", justify="right")
-    if preset is None and loaded is not None:
-        device_names = names
-    else:
-        device_names = hj.hardware.PRESETS[config.platform].device_names
+    device_names = (
+        names if loaded is not None else hj.hardware.PRESETS[config.platform].device_names
+    )
     for k, v in metrics_rows(m, device_names):
         t.add_row(k, v)
     t.add_row("score", f"{float(hj.score(m, ref, config.weights)):.4f}")
