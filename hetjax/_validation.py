@@ -15,7 +15,7 @@ from hetjax.graphs.core import validate as validate_graph
 from hetjax.hardware.core import Platform
 from hetjax.hardware.core import validate as validate_platform
 
-__all__ = ["traced", "validate_once", "check_weights", "check_graph_and_platform"]
+__all__ = ["traced", "validate_once", "check_weights", "check_quality", "check_graph_and_platform"]
 
 
 def traced(tree) -> bool:
@@ -51,6 +51,23 @@ def check_weights(weights, where: str) -> None:
         raise PlanError(f"{where}: weights = {weights!r}: expected (alpha, beta, gamma)")
     if not np.isfinite(w).all():
         raise PlanError(f"{where}: weights = {w.tolist()}: must be finite")
+
+
+def check_quality(delta, quality_budget, where: str) -> None:
+    """Cost model 2.0's scoring parameters (checked when concrete), else `PlanError`:
+    `delta` (score per accuracy point) finite and >= 0, `quality_budget` (points) >= 0 (+inf:
+    no budget)."""
+    for name, value, inf_ok in (("delta", delta, False), ("quality_budget", quality_budget, True)):
+        if traced(value):
+            continue
+        try:
+            v = np.asarray(value, np.float64)
+        except (TypeError, ValueError):
+            raise PlanError(f"{where}: {name} = {value!r}: expected a number") from None
+        bad = np.isnan(v) | (v < 0) | (np.isinf(v) & (not inf_ok))
+        if v.shape != () or bad:
+            need = ">= 0 (+inf: no budget)" if inf_ok else "finite and >= 0"
+            raise PlanError(f"{where}: {name} = {value!r}: must be one number {need}")
 
 
 def check_graph_and_platform(where: str, graph, platform, *, single: bool = True) -> None:

@@ -23,9 +23,15 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from hetjax._validation import check_graph_and_platform, check_weights, validate_once
+from hetjax._validation import (
+    check_graph_and_platform,
+    check_quality,
+    check_weights,
+    validate_once,
+)
 from hetjax.errors import GraphError, PlanError
-from hetjax.graphs.core import EMBED, LayerGraph
+from hetjax.formats import A_BITS, FP16, NUM_CODES, NUM_FORMATS, T_BITS, W_BITS
+from hetjax.graphs.core import EMBED, MATMUL, LayerGraph
 from hetjax.hardware.core import Platform
 
 __all__ = [
@@ -61,42 +67,62 @@ class Plan:
 
     placement: jax.Array  # int32[..., N]  device of each op (padding entries ignored)
     batch: jax.Array  # f32[...]           samples per batch, >= 1
+    # Cost model 2.0 (SPEC "Version 2.0"), keyword-only; None = 0 everywhere (version 1.1).
+    fmt: jax.Array | None = struct.field(default=None, kw_only=True)  # int32[..., N] format q
+    code: jax.Array | None = struct.field(default=None, kw_only=True)  # int32[..., N] code k
 
     @classmethod
-    def from_blocks(cls, graph: LayerGraph, block_placement, batch) -> Plan:
+    def from_blocks(cls, graph: LayerGraph, block_placement, batch, *, fmt=None, code=None) -> Plan:
         """Expand a block-level placement int32[..., M] to ops: placement[i] = bp[block[i]].
 
-        The last axis must have exactly `graph.m_max` entries (checked at trace time too)."""
+        `fmt` and `code` (cost model 2.0: a format and a transfer code per block, int32[..., M],
+        indices into `hetjax.formats.FORMATS` / `CODES`; None = 0, version 1.1) expand the same
+        way. The last axis must have exactly `graph.m_max` entries (checked at trace time too)."""
         if not isinstance(graph, LayerGraph):
             raise GraphError(
                 f"Plan.from_blocks: graph = {type(graph).__name__}: expected a hetjax LayerGraph"
             )
-        bp = jnp.asarray(block_placement)
-        if bp.ndim < 1 or bp.shape[-1] != graph.m_max:
-            raise PlanError(
-                f"Plan.from_blocks: block_placement has shape {bp.shape}: expected [..., "
-                f"{graph.m_max}] (one device per block, m_max={graph.m_max})"
-            )
-        if not (jnp.issubdtype(bp.dtype, jnp.integer) or jnp.issubdtype(bp.dtype, jnp.bool_)):
-            raise PlanError(
-                f"Plan.from_blocks: block_placement has dtype {bp.dtype}: expected integers"
-            )
-        bp = bp.astype(jnp.int32)
-        placement = jnp.take_along_axis(
-            bp, jnp.broadcast_to(graph.block, bp.shape[:-1] + graph.block.shape[-1:]), axis=-1
+
+        def expand(x, what):
+            x = jnp.asarray(x)
+            if x.ndim < 1 or x.shape[-1] != graph.m_max:
+                raise PlanError(
+                    f"Plan.from_blocks: {what} has shape {x.shape}: expected [..., "
+                    f"{graph.m_max}] (one entry per block, m_max={graph.m_max})"
+                )
+            if not (jnp.issubdtype(x.dtype, jnp.integer) or jnp.issubdtype(x.dtype, jnp.bool_)):
+                raise PlanError(f"Plan.from_blocks: {what} has dtype {x.dtype}: expected integers")
+            x = x.astype(jnp.int32)
+            at = jnp.broadcast_to(graph.block, x.shape[:-1] + graph.block.shape[-1:])
+            return jnp.take_along_axis(x, at, axis=-1)
+
+        return cls(
+            placement=expand(block_placement, "block_placement"),
+            batch=jnp.asarray(_checked_batch(batch), jnp.float32),
+            fmt=None if fmt is None else expand(fmt, "fmt"),
+            code=None if code is None else expand(code, "code"),
         )
-        return cls(placement=placement, batch=jnp.asarray(_checked_batch(batch), jnp.float32))
 
     @classmethod
-    def create(cls, placement, batch) -> Plan:
-        """A plan from array-likes (int32 placement, float32 batch >= 1, checked when concrete)."""
+    def create(cls, placement, batch, *, fmt=None, code=None) -> Plan:
+        """A plan from array-likes (int32 placement, float32 batch >= 1, checked when concrete;
+        op-level int32 `fmt` / `code` of cost model 2.0, None = 0)."""
         batch = _checked_batch(batch)
-        pl = jnp.asarray(placement)
-        if pl.ndim < 1:
-            raise PlanError(f"Plan.placement has shape {pl.shape}: expected [..., N] (ops)")
-        if not (jnp.issubdtype(pl.dtype, jnp.integer) or jnp.issubdtype(pl.dtype, jnp.bool_)):
-            raise PlanError(f"Plan.placement has dtype {pl.dtype}: expected integers (devices)")
-        return cls(placement=pl.astype(jnp.int32), batch=jnp.asarray(batch, jnp.float32))
+
+        def ints(x, what, meaning):
+            x = jnp.asarray(x)
+            if x.ndim < 1:
+                raise PlanError(f"Plan.{what} has shape {x.shape}: expected [..., N] (ops)")
+            if not (jnp.issubdtype(x.dtype, jnp.integer) or jnp.issubdtype(x.dtype, jnp.bool_)):
+                raise PlanError(f"Plan.{what} has dtype {x.dtype}: expected integers ({meaning})")
+            return x.astype(jnp.int32)
+
+        return cls(
+            placement=ints(placement, "placement", "devices"),
+            batch=jnp.asarray(batch, jnp.float32),
+            fmt=None if fmt is None else ints(fmt, "fmt", "formats"),
+            code=None if code is None else ints(code, "code", "transfer codes"),
+        )
 
 
 @struct.dataclass
@@ -115,6 +141,13 @@ class Metrics:
     mem_used: jax.Array  # f32[D]        bytes: weights + batch * largest activation
     feasible: jax.Array  # bool[]        every op placeable and every memory fits
     unplaceable: jax.Array  # int32[]    number of ops on a device that cannot run them
+    # Cost model 2.0, keyword-only with a default (0: version 1.1 has no quality loss).
+    quality_loss: jax.Array = struct.field(default=None, kw_only=True)  # f32[] accuracy points
+
+    def __post_init__(self):
+        if self.quality_loss is None and isinstance(self.latency, np.ndarray | jax.Array):
+            zeros = np.zeros_like if isinstance(self.latency, np.ndarray) else jnp.zeros_like
+            object.__setattr__(self, "quality_loss", zeros(self.latency))
 
 
 def _col(x, base: int):
@@ -123,11 +156,35 @@ def _col(x, base: int):
     return x if x.ndim > base else x[..., None]
 
 
-def _device_terms(graph: LayerGraph, platform: Platform, placement, batch):
+def _by_index(index, values, default):
+    """values[index] for a short static table `values` (a chain of selects, no gather);
+    `default` where index is outside it."""
+    out = jnp.full(index.shape, default, jnp.result_type(*values))
+    for k, v in enumerate(values):
+        out = jnp.where(index == k, v, out)
+    return out
+
+
+def _format_bytes(graph: LayerGraph, fmt):
+    """Weight and activation bytes per op under formats fmt int32[N, C] (SPEC 2.0: MATMUL and
+    EMBED weights scale by w_bits / 16, MATMUL activations by a_bits / 16; other classes and
+    version 1.1 (fmt None) keep the graph's). Returns f[N, .] each."""
+    params, act = _col(graph.param_bytes, 1), _col(graph.act_bytes, 1)
+    if fmt is None:
+        return params, act
+    op_class = _col(graph.op_class, 1)
+    w = _by_index(fmt, [float(b / 16) for b in W_BITS], 1.0)
+    a = _by_index(fmt, [float(b / 16) for b in A_BITS], 1.0)
+    weights = (op_class == MATMUL) | (op_class == EMBED)
+    return jnp.where(weights, params * w, params), jnp.where(op_class == MATMUL, act * a, act)
+
+
+def _device_terms(graph: LayerGraph, platform: Platform, placement, batch, fmt=None):
     """Schedule-independent quantities, vectorised over ops and plans (plans on the last axis).
 
-    placement int32[N, C], batch f[C] -> run device, duration (s), unplaceable mask ([N, C]).
-    Graph and platform fields are shared by the C plans or carry a trailing plan axis (`_col`).
+    placement int32[N, C], batch f[C] (and formats fmt int32[N, C] of cost model 2.0, None =
+    FP16) -> run device, duration (s), unplaceable mask ([N, C]). Graph and platform fields
+    are shared by the C plans or carry a trailing plan axis (`_col`).
     Per-device values are picked with one-hot selects over the (few) devices, not gathers:
     XLA fuses a gather into every consumer and recomputes its indices per element.
     """
@@ -160,14 +217,25 @@ def _device_terms(graph: LayerGraph, platform: Platform, placement, batch):
         launch = jnp.where(on, launch_all[d], launch)
         weight_bw = jnp.where(on, weight_bw_all[d], weight_bw)
     unplaceable = real & ((dev != placement) | (peak <= 0))
+    if fmt is not None:  # cost model 2.0: the MATMUL peak scales with the format's speedup
+        speedup_all = _col(platform.fmt_speedup, 2)  # [D, 3, .]
+        speedup = jnp.zeros(placement.shape, dtype)
+        for d in range(d_max):
+            pick = _by_index(fmt, [speedup_all[d, q] for q in range(NUM_FORMATS)], 0.0)
+            speedup = jnp.where(dev == d, pick, speedup)
+        quantized = ((op_class == MATMUL) | (op_class == EMBED)) & (fmt != FP16)
+        # a format outside 0..2, or one the device does not support, makes the op unplaceable
+        bad = (fmt < 0) | (fmt >= NUM_FORMATS) | (quantized & (speedup <= 0))
+        unplaceable = unplaceable | (real & bad)
+        peak = jnp.where((op_class == MATMUL) & (fmt != FP16) & ~bad, peak * speedup, peak)
     safe_peak = jnp.where(peak > 0, peak, 1.0)
     t_comp = jnp.where(unplaceable, 0.0, _col(graph.flops, 1) * (batch + b_half) / safe_peak)
     # Weight streaming (cost model 1.1): on a device with weight_bw > 0 the weights of every
     # non-EMBED op stream in addition to its compute; otherwise (and always in v1) they are part
     # of the memory term. The where()s leave version 1's arithmetic bit for bit unchanged.
     stream = (weight_bw > 0) & (op_class != EMBED)
-    params = _col(graph.param_bytes, 1)
-    t_mem = (jnp.where(stream, 0.0, params) + batch * _col(graph.act_bytes, 1)) / mem_bw
+    params, act = _format_bytes(graph, fmt)
+    t_mem = (jnp.where(stream, 0.0, params) + batch * act) / mem_bw
     t_weights = jnp.where(stream, params / jnp.where(stream, weight_bw, 1.0), 0.0)
     dur = jnp.where(real, launch + jnp.maximum(t_comp, t_mem) + t_weights, 0.0)
     return dev, dur, unplaceable
@@ -185,6 +253,9 @@ class _Step(NamedTuple):
     active: jax.Array  # bool[P] or [P, C] predecessor slot active
     pred_out: jax.Array  # f[P, .]       output bytes per sample of each predecessor
     src: jax.Array  # int32[P, C]        device of each predecessor ([P, 0] when not per plan)
+    # cost model 2.0, [P, 0] without transfer codes:
+    pred_scale: jax.Array  # f[P, C]     t_bits / 16 of each predecessor's code
+    pred_codec: jax.Array  # f[P, C]     1 + t_bits / 16 for a code, 0 for none
 
 
 class _Carry(NamedTuple):
@@ -216,9 +287,10 @@ def _per_op(table, index):
     return jnp.take_along_axis(table, index.reshape(n * p, c), axis=0).reshape(n, p, c)
 
 
-def _simulate_chunk(graph: LayerGraph, platform: Platform, placement, batch):
-    """SPEC metrics for C plans. placement int32[N, C], batch f[C]; every graph and platform
-    field either shared by the C plans or with a trailing plan axis C (`_col`).
+def _simulate_chunk(graph: LayerGraph, platform: Platform, placement, batch, fmt=None, code=None):
+    """SPEC metrics for C plans. placement int32[N, C], batch f[C], formats and transfer codes
+    fmt, code int32[N, C] (cost model 2.0; None = 0: version 1.1's program, unchanged); every
+    graph and platform field either shared by the C plans or with a trailing plan axis C.
 
     Durations are computed for all ops at once; everything else happens in one `lax.scan` over
     ops. The carry holds an arrival table indexed by (producer, device): a producer's own
@@ -236,7 +308,7 @@ def _simulate_chunk(graph: LayerGraph, platform: Platform, placement, batch):
     c = placement.shape[-1]
     dtype = jnp.result_type(graph.flops.dtype, platform.peak.dtype, batch.dtype)
     batch = batch.astype(dtype)
-    dev, dur, unplaceable = _device_terms(graph, platform, placement, batch)
+    dev, dur, unplaceable = _device_terms(graph, platform, placement, batch, fmt)
     dur = dur.astype(dtype)
     per_plan_preds = graph.preds.ndim == 3  # [N, P, C]
     per_plan_mask = per_plan_preds or graph.op_mask.ndim == 2
@@ -251,6 +323,16 @@ def _simulate_chunk(graph: LayerGraph, platform: Platform, placement, batch):
         active = slot & op_mask[pred] & op_mask[:, None, ...]
         pred_out = _col(graph.out_bytes, 1)[pred]
         src_all = jnp.zeros((n, p_max, 0), jnp.int32)
+    coded = code is not None
+    if coded:  # cost model 2.0: each transfer's bytes and codec passes follow its producer's code
+        pred_code = _per_op(code, pred) if per_plan_preds else code[pred]  # [N, P, C]
+        # (1 + t_bits / 16): the bytes the two codec passes read and write, per 16-bit byte
+        pred_codec = _by_index(pred_code, [0.0] + [1.0 + float(t / 16) for t in T_BITS[1:]], 0.0)
+        pred_scale = _by_index(pred_code, [1.0] + [float(t / 16) for t in T_BITS[1:]], 1.0)
+        cbw = _col(platform.codec_bw, 1).astype(dtype)
+        inv_codec_bw = jnp.where(cbw > 0, 1.0 / jnp.where(cbw > 0, cbw, 1.0), 0.0)  # [D, .]
+    else:
+        pred_scale = pred_codec = jnp.zeros((n, p_max, 0), dtype)
     devices = jnp.arange(d_max)[:, None]
     links = jnp.arange(n_links)[:, None]
     cols = jnp.arange(c)[None, :]
@@ -278,7 +360,13 @@ def _simulate_chunk(graph: LayerGraph, platform: Platform, placement, batch):
             on_pair = links == src * d_max + s.dev  # [L, C] the link from src to here
             on_link = on_pair & send
             sent = batch * s.pred_out[k]
-            x = _select(on_pair, link_latency) + sent / _select(on_pair, link_bw)
+            if coded:  # SPEC 2.0: compressed bytes, plus the sender's and receiver's codec passes
+                inv = _select(devices == src, inv_codec_bw) + _select(on_dst, inv_codec_bw)
+                codec = sent * s.pred_codec[k] * inv
+                sent = sent * s.pred_scale[k]
+                x = _select(on_pair, link_latency) + sent / _select(on_pair, link_bw) + codec
+            else:
+                x = _select(on_pair, link_latency) + sent / _select(on_pair, link_bw)
             x = jnp.where(send, x, 0.0)
             sent_at = jnp.maximum(finish_p, _select(on_link, link_free)) + x
             rows = jnp.where(on_dst & send, sent_at, rows)
@@ -338,13 +426,71 @@ def _simulate_chunk(graph: LayerGraph, platform: Platform, placement, batch):
         active=active,
         pred_out=pred_out.astype(dtype),
         src=src_all,
+        pred_scale=pred_scale,
+        pred_codec=pred_codec,
     )
     out, op_time = jax.lax.scan(step, init, xs)
+    extra = {}
+    if fmt is not None or coded:  # cost model 2.0: quality loss, codec feasibility
+        crossed = out.arrival.reshape(n, d_max, c) >= 0  # [N, D, C] output present on device
+        crossed &= jnp.arange(d_max)[None, :, None] != dev[:, None, :]  # ... and sent there
+        extra = _quality(graph, platform, fmt, code, dev, crossed)
+    params, act = _format_bytes(graph, fmt)
     return _reduce_metrics(
-        graph, platform, batch, **_device_totals(graph, dev, dur, d_max),
+        graph, platform, batch, **_device_totals(graph, dev, dur, d_max, params, act),
         link_busy=out.link_busy.reshape(d_max, d_max, c), moved=out.moved.reshape(d_max, d_max, c),
-        latency=out.latency, op_time=op_time, n_unplaceable=jnp.sum(unplaceable, axis=0),
+        latency=out.latency, op_time=op_time, n_unplaceable=jnp.sum(unplaceable, axis=0), **extra,
     )  # fmt: skip
+
+
+def _block_max(graph: LayerGraph, per_op, m_max: int):
+    """max over the real ops of each real block of per_op f[N, C] (>= 0) -> f[M, C]."""
+    per_op = jnp.where(_col(graph.op_mask, 1), per_op, 0.0)
+    if graph.block.ndim == 1:
+        out = jax.ops.segment_max(per_op, graph.block, num_segments=m_max)
+    else:
+        cols = jnp.arange(per_op.shape[-1])[None, :]
+        out = jnp.zeros((m_max,) + per_op.shape[1:], per_op.dtype)
+        out = out.at[graph.block, cols].max(per_op)
+    return jnp.where(_col(graph.block_mask, 1), jnp.maximum(out, 0.0), 0.0)
+
+
+def _quality(graph: LayerGraph, platform: Platform, fmt, code, dev, crossed) -> dict:
+    """Cost model 2.0's quality loss (points, f[C]) and codec feasibility (bool[C]) of C plans.
+
+    fmt, code int32[N, C] or None; dev int32[N, C] run devices; crossed bool[N, D, C]: op p's
+    output was sent to device d. A block is charged fmt_loss[j, q] for its format and, if an
+    output of one of its ops crossed a link, code_loss[j, k] for its code (SPEC). With formats
+    or codes given per op and differing inside a block, the block is charged the largest of
+    its ops' losses. A coded transfer from or to a device with codec_bw = 0, or a code outside
+    0..2 on a tensor that crosses, makes the plan infeasible.
+    """
+    m_max, d_max = graph.block_mask.shape[0], platform.device_mask.shape[0]
+    n, c = dev.shape
+    block = jnp.broadcast_to(graph.block if graph.block.ndim == 2 else graph.block[:, None], (n, c))
+    total = jnp.zeros((c,), _col(graph.fmt_loss, 2).dtype)
+    for table, index in ((graph.fmt_loss, fmt), (graph.code_loss, code)):
+        if index is None:
+            continue
+        tab = _col(table, 2)  # [M, 3, .]
+        per_op = jnp.zeros((n, c), tab.dtype)
+        for q in range(1, tab.shape[1]):  # column 0 is 0 (validated)
+            at_op = jnp.take_along_axis(jnp.broadcast_to(tab[:, q], (m_max, c)), block, axis=0)
+            per_op = jnp.where(index == q, at_op, per_op)
+        if index is code:  # only blocks whose outputs cross a link pay for their code
+            per_op = jnp.where(jnp.any(crossed, axis=1), per_op, 0.0)
+        total = total + _sum_tree(_block_max(graph, per_op, m_max))
+    codec_ok = jnp.ones((c,), bool)
+    if code is not None:
+        cbw_zero = _col(platform.codec_bw, 1) <= 0  # [D, .]
+        src_zero = jnp.zeros((n, c), bool)
+        for d in range(d_max):
+            src_zero = jnp.where(dev == d, cbw_zero[d], src_zero)
+        valid = (code > 0) & (code < NUM_CODES)
+        bad = (code < 0) | (code >= NUM_CODES) | (valid & src_zero)  # [N, C]
+        bad = bad[:, None] | (valid[:, None] & cbw_zero[None])  # [N, D, C] (destination)
+        codec_ok = ~jnp.any(crossed & bad, axis=(0, 1))
+    return dict(quality_loss=total, codec_ok=codec_ok)
 
 
 def _metrics(graph, platform, batch, dev, dur, unplaceable, finish, charged, link_busy, moved):
@@ -363,12 +509,14 @@ def _metrics(graph, platform, batch, dev, dur, unplaceable, finish, charged, lin
     )  # fmt: skip
 
 
-def _device_totals(graph, dev, dur, d_max: int) -> dict:
+def _device_totals(graph, dev, dur, d_max: int, param_bytes=None, act_bytes=None) -> dict:
     """Per device (dev int32[N, C] run device, dur f[N, C] s): busy time (s), weight bytes and
     the largest activation bytes per sample of its real ops ([D, C] each). One code path for
-    `evaluate` and the environment, so both sum in the same order."""
+    `evaluate` and the environment, so both sum in the same order. `param_bytes`/`act_bytes`
+    (f[N, .], bytes) replace the graph's under cost model 2.0's formats (`_format_bytes`)."""
     real = _col(graph.op_mask, 1)
-    param_bytes, act_bytes = _col(graph.param_bytes, 1), _col(graph.act_bytes, 1)
+    param_bytes = _col(graph.param_bytes, 1) if param_bytes is None else param_bytes
+    act_bytes = _col(graph.act_bytes, 1) if act_bytes is None else act_bytes
     busy, params, act = [], [], []
     for d in range(d_max):  # one reduction over ops per device: no [N, D, C] intermediate
         on = dev == d
@@ -405,8 +553,9 @@ def _sum_unrolled(x):
 
 
 def _reduce_metrics(
-    graph, platform, batch, *, busy, link_busy, moved, latency, op_time, params, act, n_unplaceable
-):
+    graph, platform, batch, *, busy, link_busy, moved, latency, op_time, params, act, n_unplaceable,
+    quality_loss=None, codec_ok=None,
+):  # fmt: skip
     """Reduce schedule totals to `Metrics` with a trailing plan axis C on every field.
 
     busy/params/act f[D, C] (act: largest activation bytes per sample), link_busy/moved
@@ -446,6 +595,10 @@ def _reduce_metrics(
     fits = jnp.all(~dmask | (mem_used <= _col(platform.mem_capacity, 1)), axis=0)
     n_unplaceable = n_unplaceable.astype(jnp.int32)
     feasible = fits & (n_unplaceable == 0)
+    if codec_ok is not None:  # cost model 2.0: coded transfers need codecs on both ends
+        feasible = feasible & codec_ok
+    if quality_loss is None:
+        quality_loss = jnp.zeros(latency.shape, latency.dtype)
 
     pair = dmask[:, None] & dmask[None, :] & ~jnp.eye(d_max, dtype=bool)[..., None]
     energy = _sum_unrolled(
@@ -470,6 +623,7 @@ def _reduce_metrics(
         mem_used=mem_used,
         feasible=feasible,
         unplaceable=n_unplaceable,
+        quality_loss=quality_loss.astype(latency.dtype),
     )
 
 
@@ -481,12 +635,17 @@ def _plans_last(tree):
 # Dimensions of each field of one graph / platform / plan. A field given to `_run` with one
 # more (leading) dimension holds rows that plans pick through an index (`_Groups`).
 _NDIM = {
-    LayerGraph: {f.name: 2 if f.name == "preds" else 1 for f in dataclasses.fields(LayerGraph)},
+    LayerGraph: {
+        f.name: 2 if f.name in ("preds", "fmt_loss", "code_loss") else 1
+        for f in dataclasses.fields(LayerGraph)
+    },
     Platform: {
-        f.name: 2 if f.name in ("peak", "link_bw", "link_latency", "link_energy") else 1
+        f.name: 2
+        if f.name in ("peak", "link_bw", "link_latency", "link_energy", "fmt_speedup")
+        else 1
         for f in dataclasses.fields(Platform)
     },
-    Plan: {"placement": 1, "batch": 0},
+    Plan: {"placement": 1, "batch": 0, "fmt": 1, "code": 1},
 }
 
 
@@ -494,10 +653,15 @@ def _fields(obj) -> dict:
     return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
 
 
+def _ndim(x) -> int:
+    """Dimensions of a field; an absent (None) one counts as 0 (never rows)."""
+    return 0 if x is None else jnp.ndim(x)
+
+
 def _stacked(obj) -> dict:
     """Field name -> whether it holds rows (one more dimension than one graph / platform / plan)."""
     ndim = _NDIM[type(obj)]
-    return {k: jnp.ndim(x) > ndim[k] for k, x in _fields(obj).items()}
+    return {k: _ndim(x) > ndim[k] for k, x in _fields(obj).items()}
 
 
 _STRUCTURE = ("preds", "op_mask", "block", "block_mask")  # the schedule's shape
@@ -537,7 +701,7 @@ def _run_chunks(chunk, graph, platform, plan, graph_idx, platform_idx, plan_idx)
     c = min(b, chunk)
     n_chunks = -(-b // c)
     pad = n_chunks * c - b
-    fill = {"placement": 0, "batch": 1.0}  # padding plans: all on device 0, batch 1
+    fill = {"placement": 0, "batch": 1.0, "fmt": 0, "code": 0}  # padding plans: v1, device 0
     mapped = []  # per group: {field: [K, ..., C] rows in chunk order} or {"idx": [K, C]}
     for obj, idx in groups:
         stacked, part = _stacked(obj), {}
@@ -569,7 +733,7 @@ def _run_chunks(chunk, graph, platform, plan, graph_idx, platform_idx, plan_idx)
             args[i][k] = x
         args = [obj.replace(**f) for (obj, _), f in zip(groups, args, strict=True)]
         g, p, x = args
-        return _simulate_chunk(g, p, x.placement, x.batch)
+        return _simulate_chunk(g, p, x.placement, x.batch, x.fmt, x.code)
 
     if n_chunks == 1:
         return _plans_last(one_chunk(jax.tree.map(lambda x: x[0], mapped)))
@@ -587,7 +751,7 @@ def _fold(a, b, obj, batched, idx, idx_batched):
     """
     fields, ndim = _fields(obj), _NDIM[type(obj)]
     on = {k: bool(getattr(batched, k)) for k in fields}
-    stacked = {k: jnp.ndim(x) - on[k] > ndim[k] for k, x in fields.items()}
+    stacked = {k: _ndim(x) - on[k] > ndim[k] for k, x in fields.items()}
     rows = next((x.shape[int(on[k])] for k, x in fields.items() if stacked[k]), None)
     if not any(on.values()) and not idx_batched:
         if rows is None:
@@ -651,16 +815,24 @@ def _core(chunk: int):
 
 
 @functools.partial(jax.jit, static_argnames=("chunk",))
-def _evaluate_flat(graph, platform, placement, batch, chunk):
-    """placement int32[B, N], batch f[B] -> Metrics with leading axis B."""
-    plan = Plan(placement=placement, batch=batch)
+def _evaluate_flat(graph, platform, placement, batch, chunk, fmt=None, code=None):
+    """placement int32[B, N], batch f[B] (fmt, code int32[B, N] or None) -> Metrics with
+    leading axis B."""
+    plan = Plan(placement=placement, batch=batch, fmt=fmt, code=code)
     return _core(chunk)(graph, platform, plan, None, None, None)
 
 
 def evaluate(
     graph: LayerGraph, platform: Platform, plan: Plan, *, chunk: int = DEFAULT_CHUNK
 ) -> Metrics:
-    """Simulate `plan` on `platform` (SPEC v1) and return its `Metrics`.
+    """Simulate `plan` on `platform` (SPEC v1, with extensions 1.1 and 2.0) and return its
+    `Metrics` (s, samples/s, J, bytes; quality loss in accuracy points).
+
+    Cost model 2.0: `plan.fmt` and `plan.code` (op-level int32[..., N], broadcast against the
+    placement; `Plan.from_blocks` expands block-level ones) choose each op's numeric format and
+    the transfer code of its output. Left at None, they are 0 and the simulation is version
+    1.1's, bit for bit. A format or code outside 0..2 is treated like a placement outside the
+    devices: the plan is infeasible.
 
     Pure and jittable. `plan` may have leading batch axes (many plans for this graph and
     platform, simulated together in chunks of `chunk` plans); the result then has the same
@@ -688,7 +860,28 @@ def evaluate(
     batch = jnp.broadcast_to(jnp.asarray(plan.batch), lead).reshape(-1)
     if not jnp.issubdtype(batch.dtype, jnp.floating):
         batch = batch.astype(jnp.float32)
-    out = _evaluate_flat(graph, platform, placement, batch, chunk)
+    extra = {}
+    for name in ("fmt", "code"):
+        x = getattr(plan, name)
+        if x is None:
+            continue
+        x = jnp.asarray(x)
+        if x.ndim < 1 or x.shape[-1] != graph.n_max:
+            raise PlanError(
+                f"plan.{name} has shape {x.shape}: expected [..., {graph.n_max}] (one entry per "
+                "op; use Plan.from_blocks for a block-level one)"
+            )
+        if not (jnp.issubdtype(x.dtype, jnp.integer) or jnp.issubdtype(x.dtype, jnp.bool_)):
+            raise PlanError(f"plan.{name} has dtype {x.dtype}: expected integers")
+        try:
+            x = jnp.broadcast_to(x.astype(jnp.int32), placement.shape)
+        except ValueError:
+            raise PlanError(
+                f"plan.{name} has shape {x.shape}: does not broadcast to the placement's "
+                f"{placement.shape}"
+            ) from None
+        extra[name] = x.reshape((-1, graph.n_max))
+    out = _evaluate_flat(graph, platform, placement, batch, chunk, **extra)
     return jax.tree.map(lambda x: x.reshape(lead + x.shape[1:]), out)
 
 
@@ -700,17 +893,29 @@ def reference_plan(graph: LayerGraph, b_ref: float = 1.0) -> Plan:
     )
 
 
-def score(metrics: Metrics, reference: Metrics, weights=DEFAULT_WEIGHTS) -> jax.Array:
-    """SPEC objective: alpha*T_ref/T + beta*X/X_ref - gamma*E/E_ref (unitless; -inf if infeasible).
+def score(
+    metrics: Metrics,
+    reference: Metrics,
+    weights=DEFAULT_WEIGHTS,
+    *,
+    delta=0.0,
+    quality_budget=float("inf"),
+) -> jax.Array:
+    """SPEC objective: alpha*T_ref/T + beta*X/X_ref - gamma*E/E_ref - delta*quality_loss
+    (unitless; -inf if infeasible or over the quality budget).
 
     `reference` is the reference plan's metrics; the reference plan itself scores
     alpha + beta - gamma (0.8 with the default weights). `weights` must be three finite
-    numbers (`PlanError` otherwise, checked when concrete).
+    numbers; `delta` (score per accuracy point, cost model 2.0, default 0) finite and >= 0;
+    `quality_budget` (accuracy points, default +inf: no budget) >= 0. A plan whose
+    `quality_loss` exceeds the budget scores -inf. Bad values raise `PlanError` (checked when
+    concrete). With the defaults the score is version 1.1's, bit for bit.
     """
     for name, m in (("metrics", metrics), ("reference", reference)):
         if not isinstance(m, Metrics):
             raise PlanError(f"score: {name} = {type(m).__name__}: expected hetjax Metrics")
     check_weights(weights, "score")
+    check_quality(delta, quality_budget, "score")
     alpha, beta, gamma = weights
     t = jnp.where(metrics.feasible, metrics.latency, 1.0)
     e = jnp.where(metrics.feasible, metrics.energy, 0.0)
@@ -718,4 +923,17 @@ def score(metrics: Metrics, reference: Metrics, weights=DEFAULT_WEIGHTS) -> jax.
     e_ref = jnp.where(reference.energy > 0, reference.energy, 1.0)
     t_term = jnp.where(t > 0, reference.latency / jnp.where(t > 0, t, 1.0), 1.0)
     s = alpha * t_term + beta * metrics.throughput / x_ref - gamma * e / e_ref
-    return jnp.where(metrics.feasible, s, -jnp.inf)
+    ok = metrics.feasible
+    if not _is_zero(delta):  # (statically skipped at the default: version 1.1's program)
+        s = s - delta * metrics.quality_loss
+    if not _is_inf(quality_budget):
+        ok = ok & (metrics.quality_loss <= quality_budget)
+    return jnp.where(ok, s, -jnp.inf)
+
+
+def _is_zero(x) -> bool:
+    return isinstance(x, int | float | np.number) and float(x) == 0.0
+
+
+def _is_inf(x) -> bool:
+    return isinstance(x, int | float | np.number) and float(x) == float("inf")

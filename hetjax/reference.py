@@ -1,5 +1,6 @@
 """An independent float64 reference of the SPEC v1 cost model, in plain Python loops, with the
-weight-streaming extension 1.1 (`Platform.weight_bw > 0`, docs/model.md).
+weight-streaming extension 1.1 (`Platform.weight_bw > 0`, docs/model.md) and version 2.0
+(numeric formats per block and compressed transfers, SPEC "Version 2.0").
 
 Written from SPEC.md (and the extension's definition in docs/model.md), not from
 `hetjax.cost`, so that tests can check `hj.evaluate` against a second reading of the
@@ -13,7 +14,12 @@ Degenerate cases the SPEC leaves open, resolved as `hetjax.cost` resolves them:
 - transfer_share is 0 when the simulated latency is 0;
 - an unplaceable op still counts toward `busy` and `mem_used` of the device it was run on
   (its own device if that is real and in range, else device 0), with t_comp = 0;
-- layer_time_std is the population standard deviation over real blocks (0 if there are none).
+- layer_time_std is the population standard deviation over real blocks (0 if there are none);
+- (2.0) a format outside 0..2 makes its op unplaceable; a code outside 0..2 on a tensor that
+  crosses a link makes the plan infeasible (the transfer is then costed as uncoded); a coded
+  transfer from or to a device with codec_bw = 0 is infeasible too, that end's pass costed 0 s;
+- (2.0) formats or codes given per op that differ inside a block charge the block the largest
+  of its ops' losses.
 
 `score_reference` guards its ratios the same way (documented on the function).
 """
@@ -43,22 +49,33 @@ METRIC_FIELDS = (
     "mem_used",
     "feasible",
     "unplaceable",
+    "quality_loss",
 )
+
+# SPEC "Version 2.0", written out again here (not imported) as the second reading.
+_W_BITS = {0: 16, 1: 8, 2: 4}
+_A_BITS = {0: 16, 1: 8, 2: 16}
+_T_BITS = {0: 16, 1: 8, 2: 4}
 
 
 def _f64(x) -> np.ndarray:
     return np.asarray(x, np.float64)
 
 
-def evaluate_reference(graph: LayerGraph, platform: Platform, placement, batch) -> dict:
-    """SPEC v1 metrics of one plan, in float64, as a dict keyed like `hj.Metrics`.
+def evaluate_reference(
+    graph: LayerGraph, platform: Platform, placement, batch=None, fmt=None, code=None
+) -> dict:
+    """SPEC metrics of one plan, in float64, as a dict keyed like `hj.Metrics`.
 
     `graph` and `platform` are single (unbatched); `placement` is int[N] (device per op, or a
-    `hj.Plan`, whose batch is then used if `batch` is None) and `batch` the samples per batch.
-    Units: s, samples/s, J, bytes. Arrays are numpy (float64, bool, int).
+    `hj.Plan`, whose batch, formats and codes are then used where these arguments are None)
+    and `batch` the samples per batch; `fmt` and `code` (cost model 2.0) are int[N] per op,
+    None for all 0. Units: s, samples/s, J, bytes, accuracy points. Arrays are numpy.
     """
     if hasattr(placement, "placement") and hasattr(placement, "batch"):
         batch = placement.batch if batch is None else batch
+        fmt = placement.fmt if fmt is None else fmt
+        code = placement.code if code is None else code
         placement = placement.placement
     op_class = np.asarray(graph.op_class).astype(int)
     block = np.asarray(graph.block).astype(int)
@@ -90,21 +107,39 @@ def evaluate_reference(graph: LayerGraph, platform: Platform, placement, batch) 
     placement = np.asarray(placement).astype(int)
     b = float(np.asarray(batch, np.float64))
     n, m, p_slots, n_dev = op_class.shape[0], block_mask.shape[0], preds.shape[1], mem_bw.shape[0]
+    fmt = np.zeros(n, int) if fmt is None else np.asarray(fmt).astype(int)
+    code = np.zeros(n, int) if code is None else np.asarray(code).astype(int)
+    fmt_speedup = _f64(platform.fmt_speedup)
+    codec_bw = _f64(platform.codec_bw)
+    fmt_loss = _f64(graph.fmt_loss)
+    code_loss = _f64(graph.code_loss)
 
     # Device each real op runs on, its unplaceability and its duration.
     run_dev = [0] * n
     unplaceable = [False] * n
     dur = [0.0] * n
+    params = params.copy()  # primed by the op's format (2.0)
+    act = act.copy()
     for i in range(n):
         if not op_real[i]:
             continue
-        d, c = int(placement[i]), int(op_class[i])
+        d, c, q = int(placement[i]), int(op_class[i]), int(fmt[i])
         if d < 0 or d >= n_dev or not dev_real[d]:
             unplaceable[i], d = True, 0
         elif peak[d, c] == 0.0:
             unplaceable[i] = True
         run_dev[i] = d
-        t_comp = 0.0 if unplaceable[i] else flops[i] * (b + b_half[d]) / peak[d, c]
+        p = peak[d, c]
+        if q not in _W_BITS:  # not a format
+            unplaceable[i] = True
+        elif c in (0, 1) and q > 0:  # EMBED and MATMUL in 8 or 4 bit
+            params[i] *= _W_BITS[q] / 16
+            if fmt_speedup[d, q] == 0.0:
+                unplaceable[i] = True
+            if c == 1:
+                act[i] *= _A_BITS[q] / 16
+                p *= fmt_speedup[d, q]
+        t_comp = 0.0 if unplaceable[i] else flops[i] * (b + b_half[d]) / p
         if weight_bw[d] > 0 and c != 0:  # weight streaming (cost model 1.1), not for EMBED
             t_mem = b * act[i] / mem_bw[d]
             dur[i] = launch[d] + max(t_comp, t_mem) + params[i] / weight_bw[d]
@@ -120,6 +155,8 @@ def evaluate_reference(graph: LayerGraph, platform: Platform, placement, batch) 
     moved = [[0.0] * n_dev for _ in range(n_dev)]
     xfer_time = [0.0] * m
     arrival: dict[tuple[int, int], float] = {}
+    codec_fail = False
+    crossed_blocks: dict[int, list[int]] = {}  # block -> codes of its ops' outputs that crossed
     for i in range(n):
         if not op_real[i]:
             continue
@@ -136,12 +173,24 @@ def evaluate_reference(graph: LayerGraph, platform: Platform, placement, batch) 
                 a = arrival[(p, d)]
             else:
                 s = max(finish[p], link_free[e][d])
-                x = link_lat[e, d] + b * out[p] / link_bw[e, d]
+                k = int(code[p])
+                if k not in _T_BITS:  # not a code: costed as uncoded, the plan is infeasible
+                    codec_fail, k = True, 0
+                nbytes = b * out[p] * _T_BITS[k] / 16
+                x = link_lat[e, d] + nbytes / link_bw[e, d]
+                if k > 0:
+                    passes = b * out[p] * (1 + _T_BITS[k] / 16)
+                    for end in (e, d):  # an end without a codec: infeasible, its pass 0 s
+                        if codec_bw[end] == 0:
+                            codec_fail = True
+                        else:
+                            x += passes / codec_bw[end]
+                crossed_blocks.setdefault(int(block[p]), []).append(int(code[p]))
                 a = s + x
                 link_free[e][d] = a
                 arrival[(p, d)] = a
                 link_busy[e][d] += x
-                moved[e][d] += b * out[p]
+                moved[e][d] += nbytes
                 xfer_time[block[i]] += x
             ready = max(ready, a)
         start = max(dev_free[d], ready)
@@ -188,7 +237,18 @@ def evaluate_reference(graph: LayerGraph, platform: Platform, placement, batch) 
 
     n_unplaceable = sum(unplaceable)
     fits = all(mem_used[d] <= capacity[d] for d in range(n_dev) if dev_real[d])
-    feasible = n_unplaceable == 0 and fits
+    feasible = n_unplaceable == 0 and fits and not codec_fail
+
+    # Quality loss (2.0): each real block's format loss, plus its code loss if one of its
+    # outputs crossed a link; per-op values that differ inside a block: the largest.
+    quality = 0.0
+    for j in range(m):
+        if not block_mask[j]:
+            continue
+        ops = [i for i in real_ops if block[i] == j]
+        quality += max((fmt_loss[j, fmt[i]] for i in ops if fmt[i] in _W_BITS), default=0.0)
+        codes = [k for k in crossed_blocks.get(j, []) if k in _T_BITS]
+        quality += max((code_loss[j, k] for k in codes), default=0.0)
     if not feasible:
         latency, energy, throughput = math.inf, math.inf, 0.0
 
@@ -205,6 +265,7 @@ def evaluate_reference(graph: LayerGraph, platform: Platform, placement, batch) 
         "mem_used": np.array(mem_used),
         "feasible": bool(feasible),
         "unplaceable": int(n_unplaceable),
+        "quality_loss": quality,
     }
 
 
@@ -212,8 +273,15 @@ def _get(m, field):
     return float(m[field] if isinstance(m, dict) else getattr(m, field))
 
 
-def score_reference(m: dict | Metrics, ref: dict | Metrics, weights=DEFAULT_WEIGHTS) -> float:
-    """SPEC objective alpha*T_ref/T + beta*X/X_ref - gamma*E/E_ref (unitless); -inf if infeasible.
+def score_reference(
+    m: dict | Metrics,
+    ref: dict | Metrics,
+    weights=DEFAULT_WEIGHTS,
+    delta: float = 0.0,
+    quality_budget: float = math.inf,
+) -> float:
+    """SPEC objective alpha*T_ref/T + beta*X/X_ref - gamma*E/E_ref - delta*quality_loss
+    (unitless); -inf if infeasible or if quality_loss (points) exceeds `quality_budget`.
 
     `m` and `ref` are metrics of the plan and of the reference plan (dicts from
     `evaluate_reference` or `hj.Metrics`). Degenerate guards: T = 0 makes the latency ratio 1;
@@ -221,11 +289,12 @@ def score_reference(m: dict | Metrics, ref: dict | Metrics, weights=DEFAULT_WEIG
     """
     alpha, beta, gamma = (float(w) for w in weights)
     feasible = bool(m["feasible"] if isinstance(m, dict) else np.asarray(m.feasible))
-    if not feasible:
+    quality = _get(m, "quality_loss")
+    if not feasible or quality > quality_budget:
         return -math.inf
     t, x, e = _get(m, "latency"), _get(m, "throughput"), _get(m, "energy")
     t_ref, x_ref, e_ref = _get(ref, "latency"), _get(ref, "throughput"), _get(ref, "energy")
     t_term = t_ref / t if t > 0 else 1.0
     x_ref = x_ref if x_ref > 0 else 1.0
     e_ref = e_ref if e_ref > 0 else 1.0
-    return alpha * t_term + beta * x / x_ref - gamma * e / e_ref
+    return alpha * t_term + beta * x / x_ref - gamma * e / e_ref - float(delta) * quality

@@ -33,6 +33,7 @@ __all__ = [
     "MODEL_SHAPE",
     "tiny_model",
     "supported_placement",
+    "v2_cases",
 ]
 
 N_MAX, M_MAX, P_MAX, D_MAX = 14, 6, 3, 4
@@ -203,3 +204,62 @@ def cases(draw):
     else:
         placement = draw(placements())
     return g, p, placement, draw(batches())
+
+
+def _v2_table(rng, shape, lo, hi, p_zero):
+    """f32[..., 3]: column 0 exactly `lo0` (0), others log-uniform in [lo, hi] or 0."""
+    x = _log_uniform(rng, lo, hi, shape + (3,), p_zero)
+    x[..., 0] = 0.0
+    return x.astype(np.float32)
+
+
+@st.composite
+def v2_cases(draw):
+    """Cost model 2.0 cases: (graph, platform, plan) at the fixed padded shapes.
+
+    The platform supports formats 1 and 2 on no device, on some, or on all (INT8 speedups
+    0.5..4, INT4 1; 0 elsewhere) and has codecs (1e9..1e12 B/s) on no, some or all devices;
+    the graph carries random quality losses. The plan's formats and codes are each absent
+    (None), all 0, random per block, random per op, random with out-of-range entries, or (most
+    often) random among those the op's device supports.
+    """
+    g, p = draw(graphs()), draw(platforms())
+    rng = np.random.default_rng(draw(_SEEDS))
+    fmt_mode = draw(st.sampled_from(["off", "some", "all"]))
+    codec_mode = draw(st.sampled_from(["off", "some", "all"]))
+    d, m, n = p.d_max, g.m_max, g.n_max
+    on = {"off": np.zeros(d, bool), "some": rng.random(d) < 0.5, "all": np.ones(d, bool)}
+    speed = np.ones((d, 3), np.float32)
+    speed[:, 1] = np.where(on[fmt_mode] & (rng.random(d) < 0.8), 10 ** rng.uniform(-0.3, 0.6, d), 0)
+    speed[:, 2] = np.where(on[fmt_mode] & (rng.random(d) < 0.8), 1.0, 0.0)
+    codec_on = {"off": np.zeros(d, bool), "some": rng.random(d) < 0.5, "all": np.ones(d, bool)}
+    codec_bw = np.where(codec_on[codec_mode], _log_uniform(rng, 9.0, 12.0, d), 0.0)
+    p = p.replace(fmt_speedup=np.asarray(speed), codec_bw=codec_bw.astype(np.float32))
+    p = jax.tree.map(np.asarray, p)
+    losses = [_v2_table(rng, (m,), -2.0, 0.5, 0.2) for _ in range(2)]
+    g = g.replace(fmt_loss=losses[0], code_loss=losses[1])
+    hj.graphs.validate(g)
+    hj.hardware.validate(p)
+    placement = supported_placement(g, p, rng) if draw(st.booleans()) else draw(placements())
+
+    def choice(what):
+        modes = ["none", "zeros", "blocks", "ops", "wild", "supported", "supported"]
+        mode = draw(st.sampled_from(modes))
+        if mode == "supported":  # formats the op's device runs / codes where it has a codec
+            dev = np.clip(placement, 0, d - 1)
+            ok = speed[dev] > 0 if what == "fmt" else (codec_bw[dev] > 0)[:, None] | (
+                np.arange(3) == 0)  # fmt: skip
+            return np.where(ok, rng.random((n, 3)), -1.0).argmax(axis=1).astype(np.int32)
+        if mode == "none":
+            return None
+        if mode == "zeros":
+            return np.zeros(n, np.int32)
+        if mode == "blocks":
+            return np.asarray(hj.Plan.from_blocks(g, rng.integers(0, 3, m), 1.0).placement)
+        out = rng.integers(0, 3, n)
+        if mode == "wild":
+            out = np.where(rng.random(n) < 0.2, rng.choice([-1, 3, 9], n), out)
+        return out.astype(np.int32)
+
+    fmt, code = choice("fmt"), choice("code")
+    return g, p, hj.Plan.create(placement, draw(batches()), fmt=fmt, code=code)

@@ -343,3 +343,79 @@ def test_block_time_of_a_small_block_after_a_large_one():
     ref_plan = _reference_plan_metrics(gp, hj.hardware.pad(p, hst.D_MAX))
     np.testing.assert_allclose(ref_plan["block_time"][:2], [1.0, 1e-6], rtol=1e-7)
     assert_agree(m, r, ref_plan, 1e-5, "float32")
+
+
+# --- cost model 2.0: formats and compressed transfers ------------------------------------
+
+
+@settings(max_examples=50, **SETTINGS)
+@given(hst.v2_cases(), st.sampled_from([0.0, 0.3]), st.sampled_from([math.inf, 0.5, 2.0]))
+def test_v2_evaluate_and_score_agree_with_reference(case, delta, budget):
+    g, p, plan = case
+    r = evaluate_reference(g, p, plan)
+    assume(_no_memory_tie(g, p, r))
+    m = _evaluate(g, p, plan)
+    ref_plan = _reference_plan_metrics(g, p)
+    assert_agree(m, r, ref_plan, 1e-4, "float32, v2")
+    ref_m = _evaluate(g, p, hj.reference_plan(g))
+    assert float(ref_m.quality_loss) == 0.0
+    s = float(hj.score(m, ref_m, delta=delta, quality_budget=budget))
+    s_r = score_reference(r, ref_plan, delta=delta, quality_budget=budget)
+    if math.isinf(s_r) or abs(float(m.quality_loss) - budget) < 1e-5 * budget:
+        assume(not abs(r["quality_loss"] - budget) < 1e-5 * budget)  # a float tie at the budget
+        assert s == s_r
+    else:
+        assert abs(s - s_r) <= 1e-4 * max(1.0, abs(s_r))
+
+
+@pytest.mark.x64
+@settings(max_examples=20, **SETTINGS)
+@given(hst.v2_cases())
+def test_v2_evaluate_agrees_with_reference_f64(case):
+    g, p, plan = case
+    with jax.enable_x64(True):
+        g64, p64 = _to_f64(g), _to_f64(p)
+        plan64 = plan.replace(batch=jnp.asarray(plan.batch, jnp.float64))
+        r = evaluate_reference(g64, p64, plan64)
+        assume(_no_memory_tie(g64, p64, r))
+        m = _evaluate(g64, p64, plan64)
+        assert m.quality_loss.dtype == jnp.float64
+        assert_agree(m, r, _reference_plan_metrics(g64, p64), 1e-5, "float64, v2")
+
+
+def test_v2_formats_and_codes_by_hand():
+    """SPEC 2.0 on round numbers: op0 (MATMUL) on d0 in FP16, op1 (MATMUL) on d1 in INT8 with
+    speedup 2, op2 (EMBED-free NORM) back on d0; op1's output crosses with the 4-bit code."""
+    mm, norm = hj.graphs.MATMUL, hj.graphs.NORM
+    g = _graph([[-1], [0], [1]], flops=[1e9] * 3, out_bytes=[1e3, 2e3, 0.0],
+               op_class=[mm, mm, norm], param_bytes=[0, 4e8, 0], act_bytes=[0.0] * 3)  # fmt: skip
+    g = g.replace(
+        fmt_loss=jnp.asarray([[0, 0.1, 0.4], [0, 0.2, 0.5], [0, 0.3, 0.6]], jnp.float32),
+        code_loss=jnp.asarray([[0, 0.05, 0.2], [0, 0.07, 0.3], [0, 0.01, 0.1]], jnp.float32),
+    )
+    p = _platform(fmt_speedup=[[1, 2, 1], [1, 2, 0]], codec_bw=[1e6, 2e6])
+    g = hj.graphs.pad(g, hst.N_MAX, hst.M_MAX, hst.P_MAX)
+    p = hj.hardware.pad(p, hst.D_MAX)
+    fill = np.zeros(hst.N_MAX - 3, np.int32)
+    plan = hj.Plan.create(np.r_[[0, 1, 0], fill], 1.0, fmt=np.r_[[0, 1, 0], fill],
+                          code=np.r_[[0, 2, 0], fill])  # fmt: skip
+    m, r = _evaluate(g, p, plan), evaluate_reference(g, p, plan)
+    # op0 on d0: 1e9 / 1e9 = 1 s. Transfer 0 -> 1 uncoded: 1 ms + 1e3 B / 1e6 B/s = 2 ms.
+    # op1 on d1 in INT8: t_comp = 1e9 / (2e9 * 2) = 0.25 s, t_mem = 4e8 / 2 / 1e9 = 0.2 s.
+    # Transfer 1 -> 0 with the 4-bit code: 1 ms + 2e3 * 4/16 / 1e6 + codec
+    #   2e3 * (1 + 4/16) * (1/2e6 + 1/1e6) = 3.75 ms -> 1 + 0.5 + 3.75 = 5.25 ms.
+    # op2 on d0: 1 s. T = 1 + 0.002 + 0.25 + 0.00525 + 1.
+    for got in (lambda f: getattr(m, f), r.get):
+        np.testing.assert_allclose(float(got("latency")), 2.25725, rtol=1e-6)
+        np.testing.assert_allclose(np.asarray(got("moved"))[1, 0], 500.0, rtol=1e-6)
+        np.testing.assert_allclose(np.asarray(got("link_busy"))[1, 0], 0.00525, rtol=1e-6)
+        np.testing.assert_allclose(np.asarray(got("mem_used"))[1], 2e8, rtol=1e-6)
+        # formats 0.0 + 0.2 + 0.0; codes: only op1's output crossed, with code 2: 0.3
+        np.testing.assert_allclose(float(got("quality_loss")), 0.5, rtol=1e-6)
+    # no codec on device 1: the coded transfer is infeasible; INT4 unsupported on device 1
+    for p_bad, plan_bad in (
+        (p.replace(codec_bw=p.codec_bw.at[1].set(0.0)), plan),
+        (p, plan.replace(fmt=plan.fmt.at[1].set(2))),
+    ):
+        m, r = _evaluate(g, p_bad, plan_bad), evaluate_reference(g, p_bad, plan_bad)
+        assert not bool(m.feasible) and not r["feasible"]

@@ -18,7 +18,7 @@ GOLDEN = json.loads((Path(__file__).parent / "data" / "v11_golden.json").read_te
 @pytest.mark.xla_default
 def test_version_2_defaults_reproduce_version_1_1_bit_for_bit():
     evaluate = hj.evaluate
-    graphs, platforms = {}, {}
+    graphs = {}
     for case in GOLDEN["cases"]:
         key = (case["model"], case["seq_len"])
         if key not in graphs:

@@ -57,6 +57,19 @@ class LayerGraph:
     preds: jax.Array  # int32[N, P]     predecessor op indices (< own index), -1 = none
     op_mask: jax.Array  # bool[N]       real ops
     block_mask: jax.Array  # bool[M]    real blocks
+    # Added in cost model 2.0 (SPEC "Version 2.0"), keyword-only with defaults (zeros) that keep
+    # version 1.1: quality loss in accuracy points per block and format / transfer code.
+    fmt_loss: jax.Array = struct.field(default=None, kw_only=True)  # f32[M, 3] points; [:, 0] = 0
+    code_loss: jax.Array = struct.field(default=None, kw_only=True)  # f32[M, 3] points; [:, 0] = 0
+
+    def __post_init__(self):
+        # Only filled in when `block_kind` is an array: JAX also rebuilds graphs from other
+        # leaves (vmap axis specs, tree prefixes), where None must stay None.
+        for name in ("fmt_loss", "code_loss"):
+            kind = self.block_kind
+            if getattr(self, name) is None and isinstance(kind, np.ndarray | jax.Array):
+                xp = np if isinstance(kind, np.ndarray) else jnp
+                object.__setattr__(self, name, xp.zeros(kind.shape + (3,), xp.float32))
 
     @property
     def n_max(self) -> int:
@@ -102,9 +115,13 @@ class LayerGraph:
         preds,
         op_mask=None,
         block_mask=None,
+        fmt_loss=None,
+        code_loss=None,
         check: bool = True,
     ) -> LayerGraph:
-        """Build a graph from array-likes with the right dtypes; masks default to all-real."""
+        """Build a graph from array-likes with the right dtypes; masks default to all-real and
+        the quality losses (cost model 2.0, accuracy points per block and format / code,
+        float32[M, 3]) to 0."""
         op_class = np.asarray(op_class, np.int32)
         block_kind = np.asarray(block_kind, np.int32)
         preds = np.asarray(preds, np.int32)
@@ -123,6 +140,8 @@ class LayerGraph:
             block_mask=np.ones(block_kind.shape, bool)
             if block_mask is None
             else np.asarray(block_mask, bool),
+            fmt_loss=None if fmt_loss is None else np.asarray(fmt_loss, np.float32),
+            code_loss=None if code_loss is None else np.asarray(code_loss, np.float32),
         )
         if check:  # on the host numbers, so this also works while tracing
             validate(g)
@@ -158,6 +177,8 @@ def validate(graph: LayerGraph, name: str = "graph") -> LayerGraph:
         "op_mask": batch + (n,),
         "block_kind": batch + (m,),
         "block_mask": batch + (m,),
+        "fmt_loss": batch + (m, 3),
+        "code_loss": batch + (m, 3),
     }
     for f, shape in expected.items():
         if a[f].shape != shape:
@@ -207,6 +228,13 @@ def _validate_one(a: dict[str, np.ndarray], name: str) -> None:
             f"{name}.block_mask[{j}] = {bool(a['block_mask'][j])}: must be true exactly for "
             "blocks that hold a real op"
         )
+    for f in ("fmt_loss", "code_loss"):
+        v = a[f]
+        bad = used[:, None] & (~np.isfinite(v) | (v < 0) | ((np.arange(3) == 0) & (v != 0)))
+        if bad.any():
+            j, q = np.argwhere(bad)[0]
+            need = "exactly 0 (column 0 is FP16 / no code)" if q == 0 else "finite and >= 0"
+            raise GraphError(f"{name}.{f}[{j}, {q}] = {float(v[j, q])!r}: must be {need} (points)")
     bk = a["block_kind"][used]
     bad = np.flatnonzero((bk < 0) | (bk >= len(BLOCK_KINDS)))
     if bad.size:
@@ -250,6 +278,8 @@ def pad(graph: LayerGraph, n_max: int, m_max: int, p_max: int | None = None) -> 
         out[f] = padded(a[f], n_max, 0)
     for f in ("block_kind", "block_mask"):
         out[f] = padded(a[f], m_max, 0)
+    for f in ("fmt_loss", "code_loss"):
+        out[f] = padded(a[f], m_max, 0, (0,))
     out["preds"] = padded(a["preds"], n_max, -1, (p_max - p,))
     return LayerGraph(**{k: jnp.asarray(v) for k, v in out.items()})
 

@@ -13,6 +13,7 @@ import numpy as np
 from flax import struct
 
 from hetjax.errors import PlatformError
+from hetjax.formats import NUM_FORMATS
 from hetjax.io import write_json
 
 __all__ = ["Platform", "validate", "pad", "stack", "unstack", "save", "load", "NUM_CLASSES"]
@@ -40,6 +41,10 @@ class Platform:
     link_latency: jax.Array  # f32[D, D] s per transfer
     link_energy: jax.Array  # f32[D, D]  J per byte moved
     device_mask: jax.Array  # bool[D]  real devices
+    # Added in cost model 2.0 (SPEC "Version 2.0"), keyword-only with defaults that keep 1.1:
+    # only format 0 (FP16) supported, no device can encode or decode a compressed transfer.
+    fmt_speedup: jax.Array = struct.field(default=None, kw_only=True)  # f32[D, 3] x peak[MATMUL]
+    codec_bw: jax.Array = struct.field(default=None, kw_only=True)  # f32[D] bytes/s; 0 = none
 
     def __post_init__(self):
         # Defaults of the fields added after version 1 (SPEC: they keep the earlier version's
@@ -48,6 +53,15 @@ class Platform:
         if self.weight_bw is None and isinstance(self.mem_bw, np.ndarray | jax.Array):
             zeros = np.zeros_like if isinstance(self.mem_bw, np.ndarray) else jnp.zeros_like
             object.__setattr__(self, "weight_bw", zeros(self.mem_bw))
+        if self.codec_bw is None and isinstance(self.mem_bw, np.ndarray | jax.Array):
+            zeros = np.zeros_like if isinstance(self.mem_bw, np.ndarray) else jnp.zeros_like
+            object.__setattr__(self, "codec_bw", zeros(self.mem_bw))
+        if self.fmt_speedup is None and isinstance(self.mem_bw, np.ndarray | jax.Array):
+            xp = np if isinstance(self.mem_bw, np.ndarray) else jnp
+            fp16_only = xp.asarray([1.0, 0.0, 0.0], self.mem_bw.dtype)
+            object.__setattr__(
+                self, "fmt_speedup", xp.broadcast_to(fp16_only, self.mem_bw.shape + (3,)) + 0
+            )
 
     @property
     def d_max(self) -> int:
@@ -75,10 +89,14 @@ class Platform:
         link_energy,
         weight_bw=None,
         device_mask=None,
+        fmt_speedup=None,
+        codec_bw=None,
         check: bool = True,
     ) -> Platform:
-        """Build a platform from array-likes (float32); the mask defaults to all-real and
-        `weight_bw` (the weight-streaming extension, bytes/s) to 0 on every device, i.e. off."""
+        """Build a platform from array-likes (float32); the mask defaults to all-real,
+        `weight_bw` (the weight-streaming extension, bytes/s) to 0 on every device, i.e. off,
+        `fmt_speedup` (cost model 2.0, unitless multipliers of the MATMUL peak per format) to
+        [1, 0, 0] (FP16 only) and `codec_bw` (bytes/s) to 0 (no compressed transfers)."""
         f = lambda x: np.asarray(x, np.float32)  # noqa: E731
         mem_bw = f(mem_bw)
         p = cls(
@@ -96,13 +114,17 @@ class Platform:
             device_mask=np.ones(mem_bw.shape, bool)
             if device_mask is None
             else np.asarray(device_mask, bool),
+            fmt_speedup=None if fmt_speedup is None else f(fmt_speedup),
+            codec_bw=None if codec_bw is None else f(codec_bw),
         )
         if check:  # on the host numbers, so this also works while tracing
             validate(p)
         return jax.tree.map(jnp.asarray, p)
 
 
-_VECTOR_FIELDS = ("mem_bw", "launch", "mem_capacity", "p_busy", "p_idle", "b_half", "weight_bw")
+_VECTOR_FIELDS = (
+    "mem_bw", "launch", "mem_capacity", "p_busy", "p_idle", "b_half", "weight_bw", "codec_bw",
+)  # fmt: skip
 _LINK_FIELDS = ("link_bw", "link_latency", "link_energy")
 # Fields that must be strictly positive on real devices (the others must be >= 0).
 _POSITIVE = {"mem_bw", "mem_capacity", "link_bw"}
@@ -127,6 +149,7 @@ def validate(platform: Platform, name: str = "platform") -> Platform:
     batch = a["mem_bw"].shape[:-1]
     shapes = {f: batch + (d,) for f in (*_VECTOR_FIELDS, "device_mask")}
     shapes["peak"] = batch + (d, NUM_CLASSES)
+    shapes["fmt_speedup"] = batch + (d, NUM_FORMATS)
     shapes.update({f: batch + (d, d) for f in _LINK_FIELDS})
     for f, shape in shapes.items():
         if a[f].shape != shape:
@@ -149,6 +172,12 @@ def _validate_one(a: dict[str, np.ndarray], name: str) -> None:
                     raise PlatformError(
                         f"{name}.{f}[{at}] = {float(v)!r}: must be finite and {need}"
                     )
+        for q, v in enumerate(a["fmt_speedup"][dev]):
+            if not np.isfinite(v) or v < 0 or (q == 0 and v != 1):
+                need = "exactly 1 (FP16 is the peak itself)" if q == 0 else "finite and >= 0"
+                raise PlatformError(
+                    f"{name}.fmt_speedup[{dev}, {q}] = {float(v)!r}: must be {need}"
+                )
         if not (a["peak"][dev] > 0).any():
             raise PlatformError(f"{name}.peak[{dev}] is all zero: a real device must run something")
     if not (a["peak"][0] > 0).all():
