@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hetjax.hardware import DEVICES, EFFICIENCY, LINKS, PRESETS
+from hetjax.hardware import DEVICES, EFFICIENCY, LINKS, PRESETS, STREAM_EFFICIENCY
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "hardware.md"
 
@@ -56,6 +56,28 @@ def main() -> None:
         )
     lines += [
         "",
+        "## Numeric formats and transfer codecs (cost model 2.0)",
+        "",
+        "`fmt_speedup[d] = [1, INT8 / FP16, INT4]`: the INT8 column is the datasheet's dense "
+        "INT8 tensor/cube peak over its dense FP16 peak (the MATMUL peak of a W8A8 block is "
+        "`peak[d, MATMUL] * fmt_speedup[d, 1]`); weight-only INT4 (W4A16) computes in 16 bit, "
+        "so its column is 1 where the device has such kernels and 0 (unsupported) where not. "
+        f"`codec_bw` = {STREAM_EFFICIENCY} x memory bandwidth: a quantize or dequantize pass is "
+        "a memory-bound elementwise kernel, streaming at about that fraction of the datasheet "
+        "bandwidth (STREAM / BabelStream on GPUs and servers; an assumption for the NPUs).",
+        "",
+        "| key | device | INT8 TOP/s | fmt_speedup INT8 | fmt_speedup INT4 | codec_bw GB/s "
+        "| source |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for key, d in DEVICES.items():
+        sp = d.fmt_speedup
+        lines.append(
+            f"| `{key}` | {d.name} | {d.int8_ops / 1e12:g} | {sp[1]:.3g} | {sp[2]:g} | "
+            f"{d.codec_bw / 1e9:g} | {d.formats_source} |"
+        )
+    lines += [
+        "",
         "## Links",
         "",
         "| key | link | GB/s per direction | latency us | J/byte | source |",
@@ -74,7 +96,7 @@ def main() -> None:
         "`hj.hardware.sample` perturbs every number log-uniformly around a preset and draws "
         "each link from PCIe 3/4/5 x16 and NVLink.",
         "",
-        "Every preset device has `weight_bw` = 0, i.e. SPEC cost model version 1 (extension 1.1, "
+        "Every preset device has `weight_bw` = 0, i.e. no weight streaming (extension 1.1, "
         "weights streamed on top of compute, is for devices fitted by `hetjax calibrate`; see "
         "[model.md](model.md#extension-11-weight-streaming-platformweight_bw)).",
         "",

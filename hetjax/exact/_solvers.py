@@ -9,8 +9,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from hetjax._validation import check_quality
 from hetjax.cost import DEFAULT_WEIGHTS, Metrics, Plan, evaluate, reference_plan, score
 from hetjax.errors import PlanError
+from hetjax.exact import _formats
 from hetjax.exact._chain import (
     DEFAULT_BATCHES,
     EVAL_CHUNK,
@@ -108,20 +110,65 @@ def _plan(problem: ChainProblem, bp_local, batch: float) -> Plan:
     return Plan.create(_ops(problem, expand(problem, bp_local)), batch)
 
 
+def _format_problem(problem, formats, codes, delta, quality_budget, where):
+    """The cost-model-2.0 problem, or None when only FP16 and no codes are searched (the
+    version-1 search, whose results are unchanged)."""
+    formats = _formats.check_choices(formats, "formats")
+    codes = _formats.check_choices(codes, "codes")
+    check_quality(delta, quality_budget, where)
+    if formats == (0,) and codes == (0,):
+        return None
+    return _formats.FormatProblem(problem, formats, codes, float(delta), float(quality_budget))
+
+
+def _state_plan(fp, sp, batch) -> Plan:
+    """A state placement int[M] (local) -> an `hj.Plan` with formats and codes."""
+    problem = fp.chain
+    sdev, sfmt, scode = fp.states()
+    fmt = np.zeros(problem.graph.m_max, np.int32)
+    code = np.zeros(problem.graph.m_max, np.int32)
+    fmt[: problem.n_blocks], code[: problem.n_blocks] = sfmt[sp], scode[sp]
+    blocks = np.asarray(problem.graph.block)
+    return Plan.create(
+        _ops(problem, expand(problem, sdev[sp])), batch, fmt=fmt[blocks], code=code[blocks]
+    )
+
+
 def optimal_latency(
-    graph: LayerGraph, platform: Platform, batch: float = 8.0, *, b_ref: float = 1.0
+    graph: LayerGraph,
+    platform: Platform,
+    batch: float = 8.0,
+    *,
+    b_ref: float = 1.0,
+    formats=(0,),
+    codes=(0,),
+    quality_budget: float = float("inf"),
 ) -> Plan:
     """The latency-optimal block placement of a chain at `batch` samples per batch.
 
     A dynamic program over (block, device) for any number of devices; where memory binds
     (the DP optimum does not fit), labels carrying (latency, memory used on each device where
     it can bind) with dominance pruning and a bound against the best feasible plan known.
+    Cost model 2.0: `formats` and `codes` (indices into `hetjax.formats.FORMATS` / `CODES`,
+    each including 0) widen each block's choice to (device, format, code); the least latency
+    is then sought among plans whose quality loss is within `quality_budget` (points), with
+    labels that also carry the quality used.
     Raises `NotAChainError` for graphs outside the SPEC chain conditions and `PlanError` when
-    no placement fits at this batch. Returns an `hj.Plan` (op-level placement, the batch).
+    no placement fits at this batch. Returns an `hj.Plan` (op-level placement, the batch, and
+    formats / codes when searched).
     """
     _check_b_ref("optimal_latency", b_ref)
     problem = ChainProblem.create(graph, platform, b_ref=b_ref)
     (batch,) = check_batches([batch])
+    fp = _format_problem(problem, formats, codes, 0.0, quality_budget, "optimal_latency")
+    if fp is not None:
+        sp, _ = _formats.solve_latency(fp, batch)
+        if sp is None:
+            raise PlanError(
+                f"batch = {batch:g}: no block placement fits the devices' memory and the "
+                f"quality budget of {fp.quality_budget:g} points"
+            )
+        return _state_plan(fp, sp, batch)
     tab = problem.tables(batch)
     bp, _ = latency_dp(tab)
     if not chain_eval(tab, bp[None])[3][0]:
@@ -149,19 +196,46 @@ def optimal_score(
     *,
     b_ref: float = 1.0,
     stats: dict | None = None,
+    formats=(0,),
+    codes=(0,),
+    delta: float = 0.0,
+    quality_budget: float = float("inf"),
 ) -> tuple[Plan, float]:
     """The exact SPEC-score optimum of a chain over block placements and the batch set.
 
     score = alpha * T_ref / T + beta * X / X_ref - gamma * E / E_ref against the reference plan
     (all on device 0 at `b_ref`). Labels with dominance pruning and a bound against an
     incumbent (seeded by dynamic programs and local search), batches in the order of their
-    score bound. Returns (plan, score): `score` is `hj.score` of `hj.evaluate(plan)`. Pass a
-    dict as `stats` to receive search statistics (labels per block, seconds per batch).
+    score bound. Cost model 2.0: `formats` / `codes` (indices, each including 0; default FP16
+    only and no codes, the version-1 search) make each block's choice (device, format, code);
+    the score then subtracts `delta` (per point) x quality loss and a plan over
+    `quality_budget` (points) is out; labels carry the quality used and are bounded by the
+    budget. Returns (plan, score): `score` is `hj.score` of `hj.evaluate(plan)` (with the same
+    delta and budget). Pass a dict as `stats` to receive search statistics (labels per block,
+    seconds per batch).
     """
     t0 = time.perf_counter()
     _check_b_ref("optimal_score", b_ref)
     problem = ChainProblem.create(graph, platform, weights, b_ref)
     batches = check_batches(batches)
+    fp = _format_problem(problem, formats, codes, delta, quality_budget, "optimal_score")
+    if fp is not None:
+        info: dict = {}
+        sp, batch, _ = _formats.solve_score(fp, batches, info)
+        if sp is None:
+            raise PlanError(
+                f"batches = {batches}: no block placement fits the devices' memory and the "
+                f"quality budget of {fp.quality_budget:g} points at any of them"
+            )
+        plan = _state_plan(fp, sp, batch)
+        ref = evaluate(graph, platform, reference_plan(graph, problem.b_ref))
+        value = float(
+            score(evaluate(graph, platform, plan), ref, problem.weights, delta=fp.delta,
+                  quality_budget=fp.quality_budget)
+        )  # fmt: skip
+        if stats is not None:
+            stats.update(info, seconds=time.perf_counter() - t0, batch=batch)
+        return plan, value
     tabs = [problem.tables(b) for b in dict.fromkeys(batches)]
     inc = Incumbent()
     for tab in tabs:
@@ -254,18 +328,41 @@ def pareto_front(
     *,
     b_ref: float = 1.0,
     stats: dict | None = None,
+    formats=(0,),
+    codes=(0,),
+    quality_budget: float = float("inf"),
 ) -> tuple[Plan, Metrics]:
     """The exact Pareto front over (latency min, throughput max, energy min) of a chain.
 
     Over block placements and the batch set; one plan per distinct point. Labels with
-    dominance pruning and a bound against the points found so far. Returns (plans, metrics):
-    an `hj.Plan` with leading axis K (placement int32[K, N], batch f32[K]) and its
-    `hj.evaluate` metrics (leading axis K), sorted by latency.
+    dominance pruning and a bound against the points found so far. Cost model 2.0: with
+    `formats` / `codes` (indices, each including 0) every block also chooses a format and a
+    code, and the front is over the plans whose quality loss is within `quality_budget`
+    (points; labels carry the quality used). Returns (plans, metrics): an `hj.Plan` with
+    leading axis K (placement int32[K, N], batch f32[K], and fmt / code int32[K, N] when
+    searched) and its `hj.evaluate` metrics (leading axis K), sorted by latency.
     """
     t0 = time.perf_counter()
     _check_b_ref("pareto_front", b_ref)
     problem = ChainProblem.create(graph, platform, b_ref=b_ref)
     batches = check_batches(batches)
+    fp = _format_problem(problem, formats, codes, 0.0, quality_budget, "pareto_front")
+    if fp is not None:
+        info: dict = {}
+        sps, bs, pts = _formats.solve_pareto(fp, batches, _pareto_mask, info)
+        if pts.shape[0] == 0:
+            raise PlanError(
+                f"batches = {batches}: no block placement fits the devices' memory and the "
+                f"quality budget of {fp.quality_budget:g} points at any of them"
+            )
+        keep = np.flatnonzero(_pareto_mask(pts))
+        keep = keep[np.argsort(pts[keep, 0], kind="stable")]
+        plans = [_state_plan(fp, sp, b) for sp, b in zip(sps[keep], bs[keep], strict=True)]
+        plans = jax.tree.map(lambda *xs: jnp.stack(xs), *plans)
+        metrics = evaluate(graph, platform, plans)
+        if stats is not None:
+            stats.update(info, seconds=time.perf_counter() - t0, points=int(keep.size))
+        return plans, metrics
     tabs = [problem.tables(b) for b in dict.fromkeys(batches)]
     pool_bp, pool_b, pool_pts = [], [], []
 

@@ -19,6 +19,7 @@ from hetjax.graphs.core import (
     unstack,
     validate,
 )
+from hetjax.graphs.quality import QUALITY, QualityLoss, default_losses, spread
 from hetjax.graphs.source import is_onnx_path, load
 from hetjax.graphs.transformers import (
     MODELS,
@@ -39,6 +40,10 @@ __all__ = [
     "GraphBuilder",
     "MODELS",
     "transformer",
+    "QualityLoss",
+    "QUALITY",
+    "default_losses",
+    "spread",
     "config",
     "param_count",
     "op_names",

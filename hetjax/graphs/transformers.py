@@ -350,15 +350,25 @@ def transformer(
     *,
     n_max: int | None = None,
     m_max: int | None = None,
+    quality=None,
 ) -> LayerGraph:
     """The `LayerGraph` of a built-in (by name) or custom Transformer at `seq_len` tokens.
 
     granularity "block" groups ops into EMBEDDING / ATTENTION / FFN / OTHER blocks (bert-base:
     embedding, 12 attention, 12 FFN, head = 26 blocks); "op" makes every op its own block.
     Optional `n_max` / `m_max` pad the result. Quantities are per sample, fp16 by default.
+    Cost model 2.0's quality losses (`fmt_loss`, `code_loss`, accuracy points) are spread from
+    `quality` (a `hj.graphs.QualityLoss`; None: the published defaults of the model's
+    architecture family, `hj.graphs.QUALITY`, docs/quality.md).
     """
+    from hetjax.graphs.quality import QualityLoss, default_losses, spread
+
     cfg = config(model)
-    g = _layers(cfg, cfg.tokens(seq_len)).build(granularity, p_max=2)
+    if quality is None:
+        quality = default_losses(cfg.arch)
+    if not isinstance(quality, QualityLoss):
+        raise GraphError(f"transformer: quality = {quality!r}: expected a QualityLoss or None")
+    g = spread(_layers(cfg, cfg.tokens(seq_len)).build(granularity, p_max=2), quality)
     if n_max is not None or m_max is not None:
         from hetjax.graphs.core import pad
 

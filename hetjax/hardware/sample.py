@@ -58,7 +58,9 @@ def sample(
     `SAMPLED_LINKS`, and every other pair (the SoC's shared-memory copy, a calibrated or
     hand-made link) keeps the base's link numbers; a tuple of `LINKS` names makes every pair
     draw its type from those. Then every link field gets the same perturbation (bytes/s, s,
-    J/byte). p_idle is capped at p_busy. The result is always a valid platform.
+    J/byte). p_idle is capped at p_busy. Cost model 2.0: the INT8 speedup and the codec
+    bandwidth are perturbed like the rest; FP16 (1) and INT4 (0 or 1) speedups are kept. The
+    result is always a valid platform.
     Pure: jittable with `n`, `spread` and `links` static (and `base` when it is a name).
     """
     n = _check_n(n)
@@ -94,6 +96,13 @@ def sample(
     if links is None:  # keep the base's link where it is not an interconnect
         link = jnp.where(_interconnect_pairs(p)[None, :, :, None], link, own[None])
     p_busy = jitter(keys[4], p.p_busy)
+    # cost model 2.0 (keys folded in, so the draws of the version-1 fields are unchanged): the
+    # INT8 speedup and the codec bandwidth are perturbed like the rest; FP16's 1 and INT4's
+    # 0 / 1 (weight-only: supported or not) stay as they are
+    fmt_speedup = jnp.broadcast_to(p.fmt_speedup, (n, d, 3))
+    int8 = fmt_speedup[..., 1] * _log_uniform(jax.random.fold_in(key, 12), (n, d), spread)
+    fmt_speedup = fmt_speedup.at[..., 1].set(int8.astype(fmt_speedup.dtype))
+    codec_bw = jitter(jax.random.fold_in(key, 13), p.codec_bw)  # 0 (none) stays 0
     return Platform(
         peak=jitter(keys[1], p.peak),
         mem_bw=jitter(keys[2], p.mem_bw),
@@ -107,4 +116,6 @@ def sample(
         link_latency=link[..., 1] * _log_uniform(keys[9], (n, d, d), spread),
         link_energy=link[..., 2] * _log_uniform(keys[10], (n, d, d), spread),
         device_mask=jnp.broadcast_to(p.device_mask, (n, d)),
+        fmt_speedup=fmt_speedup,
+        codec_bw=codec_bw,
     )

@@ -1,0 +1,566 @@
+"""Exact optima of a chain with numeric formats and transfer codes (cost model 2.0).
+
+Each block's decision is a *state* s = (device d, format q, code k). With the version-1 chain
+argument (SPEC "What follows from it", 2.0) every metric is still a sum of per-block terms:
+
+    T = sum_j dur[j, s_j] + sum_j x[j, s_{j-1}, s_j]      (x: the transfer into block j)
+    Q = sum_j fmt_loss[j, q_j] + sum_j code_loss[j-1, k_{j-1}] * [d_{j-1} != d_j]
+
+where dur depends on (d, q) and x on (d_{j-1}, k_{j-1}, d_j): the code of block j-1 decides
+how its output crosses into block j. Busy time, link time and memory accumulate per device
+(not per state), so the labels carry them per device exactly as the version-1 search does,
+plus the quality used. The searches here mirror `_search.label_search` over states and reuse
+its bounds' building blocks; the version-1 code path is untouched.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from hetjax.errors import PlanError
+from hetjax.exact._chain import ChainProblem, _host
+from hetjax.exact._search import _dominated, _front_dominates, _links, _simplex, _waterfill
+from hetjax.formats import A_BITS, NUM_CODES, NUM_FORMATS, T_BITS, W_BITS
+from hetjax.graphs.core import EMBED, MATMUL
+
+__all__ = ["FormatProblem", "StateTables", "check_choices"]
+
+
+def check_choices(values, what: str) -> tuple[int, ...]:
+    """Formats or codes to search: a non-empty tuple of distinct indices that include 0."""
+    n = NUM_FORMATS if what == "formats" else NUM_CODES
+    try:
+        out = tuple(dict.fromkeys(int(v) for v in values))
+    except (TypeError, ValueError):
+        raise PlanError(f"{what} = {values!r}: expected indices in 0..{n - 1}") from None
+    if not out or 0 not in out or any(v < 0 or v >= n for v in out):
+        raise PlanError(f"{what} = {values!r}: expected indices in 0..{n - 1} that include 0")
+    return tuple(sorted(out))
+
+
+@dataclass(frozen=True)
+class StateTables:
+    """Per-block costs of a chain at one batch over states s = (device, format, code)."""
+
+    batch: float
+    dev: np.ndarray  # int[S]          local device of each state
+    fmt: np.ndarray  # int[S]          format index of each state
+    code: np.ndarray  # int[S]         transfer code of each state
+    legal: np.ndarray  # bool[M, S]
+    dur: np.ndarray  # f64[M, S]       s (inf if illegal)
+    xfer: np.ndarray  # f64[M, S, S]   s: transfer into block j (inf: a code without codecs)
+    e_dur: np.ndarray  # f64[M, S]     J
+    e_xfer: np.ndarray  # f64[M, S, S] J
+    qual: np.ndarray  # f64[M, S]      points: fmt_loss of the block's format
+    q_xfer: np.ndarray  # f64[M, S, S] points: code_loss of block j-1 when its output crosses
+    params: np.ndarray  # f64[M, S]    bytes of weights in the state's format
+    act: np.ndarray  # f64[M, S]       bytes: largest act_bytes in the state's format
+    capacity: np.ndarray  # f64[D]     bytes
+    binding: np.ndarray  # bool[D]     memory may bind on d at this batch
+
+    @property
+    def m(self) -> int:
+        return self.dur.shape[0]
+
+    @property
+    def s(self) -> int:
+        return self.dur.shape[1]
+
+    @property
+    def d(self) -> int:
+        return self.capacity.shape[0]
+
+
+@dataclass(frozen=True)
+class FormatProblem:
+    """A checked chain with the formats and codes to search and the quality terms of the
+    score (`delta` per point, `quality_budget` points)."""
+
+    chain: ChainProblem
+    formats: tuple[int, ...]
+    codes: tuple[int, ...]
+    delta: float = 0.0
+    quality_budget: float = math.inf
+
+    def states(self):
+        d = len(self.chain.devices)
+        grid = np.array(
+            [(dv, q, k) for dv in range(d) for q in self.formats for k in self.codes], np.int64
+        ).reshape(-1, 3)
+        return grid[:, 0], grid[:, 1], grid[:, 2]
+
+    def tables(self, batch: float) -> StateTables:
+        """Cost tables at `batch` (float64, the SPEC 2.0 formulas)."""
+        pr = self.chain
+        g, p = _host(pr.graph), _host(pr.platform)
+        dev_ids = pr.devices
+        sdev, sfmt, scode = self.states()
+        dv = dev_ids[sdev]  # platform device of each state
+        b = float(batch)
+        f64 = lambda x: np.asarray(x, np.float64)  # noqa: E731
+        ops = np.flatnonzero(g["op_mask"].astype(bool))
+        blk = g["block"][ops]
+        cls = g["op_class"][ops]
+        m, n_s = pr.n_blocks, sdev.size
+        flops, act, params = (
+            f64(g["flops"][ops]),
+            f64(g["act_bytes"][ops]),
+            f64(g["param_bytes"])[ops],
+        )
+        out = f64(g["out_bytes"][ops])
+        w_scale = (W_BITS[sfmt] / 16.0).astype(np.float64)  # [S]
+        a_scale = (A_BITS[sfmt] / 16.0).astype(np.float64)
+        weighted = (cls == MATMUL) | (cls == EMBED)
+        params_s = np.where(weighted[:, None], params[:, None] * w_scale[None], params[:, None])
+        act_s = np.where((cls == MATMUL)[:, None], act[:, None] * a_scale[None], act[:, None])
+        speed = f64(p["fmt_speedup"])[dv, sfmt]  # [S]
+        peak = f64(p["peak"])[dv][:, cls].T  # [n, S]
+        peak = np.where((cls == MATMUL)[:, None] & (sfmt > 0)[None], peak * speed[None], peak)
+        unsupported = weighted[:, None] & (sfmt > 0)[None] & (speed <= 0)[None]
+        bad_op = (peak <= 0) | unsupported
+        safe = np.where(peak > 0, peak, 1.0)
+        t_comp = flops[:, None] * (b + f64(p["b_half"])[dv]) / safe
+        wbw = f64(p["weight_bw"])[dv]
+        stream = (wbw[None, :] > 0) & (cls != EMBED)[:, None]
+        t_mem = (np.where(stream, 0.0, params_s) + b * act_s) / f64(p["mem_bw"])[dv]
+        t_w = np.where(stream, params_s / np.where(wbw > 0, wbw, 1.0), 0.0)
+        dur_op = f64(p["launch"])[dv] + np.maximum(t_comp, t_mem) + t_w  # [n, S]
+        dur = np.zeros((m, n_s))
+        np.add.at(dur, blk, dur_op)
+        bad = np.zeros((m, n_s), bool)
+        np.logical_or.at(bad, blk, bad_op)
+        cbw = f64(p["codec_bw"])[dv]  # [S]
+        bad |= ((scode > 0) & (cbw <= 0))[None, :]
+        bad[m - 1] |= scode > 0  # the last block's output never crosses: its code is moot
+        legal = ~bad
+
+        last = np.zeros(m, np.int64)
+        np.maximum.at(last, blk, np.arange(ops.size))
+        sent = np.zeros(m)
+        sent[1:] = b * out[last[:-1]]  # 16-bit bytes into block j
+        t_bits = (T_BITS[scode] / 16.0).astype(np.float64)  # of the sending state [S]
+        lat = f64(p["link_latency"])[np.ix_(dv, dv)]  # [S (from), S (to)]
+        bw = f64(p["link_bw"])[np.ix_(dv, dv)]
+        le = f64(p["link_energy"])[np.ix_(dv, dv)]
+        cross = sdev[:, None] != sdev[None, :]
+        coded = (scode > 0)[:, None]  # the sending state's code
+        # SPEC 2.0: a coded transfer needs a codec on both ends, else the plan is infeasible
+        codec_ok = ~coded | ((cbw[:, None] > 0) & (cbw[None, :] > 0))  # [S (from), S (to)]
+        inv = 1.0 / np.where(cbw > 0, cbw, 1.0)
+        passes = np.where(coded & codec_ok, (1.0 + t_bits)[:, None] * (inv[:, None] + inv), 0.0)
+        moved = sent[:, None, None] * t_bits[None, :, None]  # [M, S, 1] bytes on the link
+        xfer = lat[None] + moved / bw[None] + sent[:, None, None] * passes[None]
+        xfer = np.where(cross[None], np.where(codec_ok[None], xfer, np.inf), 0.0)
+        xfer[0] = 0.0
+        p_busy, p_idle = f64(p["p_busy"])[dev_ids], f64(p["p_idle"])[dev_ids]
+        idle_all = p_idle.sum()
+        e_dur = np.where(legal, (idle_all + p_busy[sdev] - p_idle[sdev]) * dur, np.inf)
+        dur = np.where(legal, dur, np.inf)
+        e_xfer = idle_all * xfer + np.where(cross[None], le[None] * moved, 0.0)
+        e_xfer[0] = 0.0
+
+        fmt_loss = f64(g["fmt_loss"])[:m]
+        code_loss = f64(g["code_loss"])[:m]
+        qual = fmt_loss[:, sfmt]
+        q_xfer = np.zeros((m, n_s, n_s))
+        q_xfer[1:] = np.where(cross[None], code_loss[:-1, scode][:, :, None], 0.0)
+
+        blk_params = np.zeros((m, n_s))
+        np.add.at(blk_params, blk, params_s)
+        blk_act = np.zeros((m, n_s))
+        np.maximum.at(blk_act, blk, act_s)
+        cap = f64(p["mem_capacity"])[dev_ids]
+        d = dev_ids.size
+        worst = np.zeros(d)
+        for k in range(d):  # the most any placement can put on device k
+            on = legal & (sdev == k)[None]
+            worst[k] = np.where(on, blk_params, 0.0).max(1).sum()
+            worst[k] += b * np.where(on, blk_act, 0.0).max()
+        return StateTables(
+            batch=b, dev=sdev, fmt=sfmt, code=scode, legal=legal, dur=dur, xfer=xfer,
+            e_dur=e_dur, e_xfer=e_xfer, qual=qual, q_xfer=q_xfer, params=blk_params,
+            act=blk_act, capacity=cap, binding=worst > cap,
+        )  # fmt: skip
+
+    def score_of(self, batch, latency, bottleneck, energy, quality) -> np.ndarray:
+        """SPEC 2.0 score (float64); -inf over the quality budget."""
+        s = self.chain.score_of(batch, latency, bottleneck, energy) - self.delta * quality
+        return np.where(np.asarray(quality) <= self.quality_budget, s, -np.inf)
+
+
+def shortest(cost: np.ndarray, step: np.ndarray) -> tuple[np.ndarray, float]:
+    """Least sum of cost[j, s_j] + step[j, s_{j-1}, s_j] (a DP over (block, state))."""
+    m, n = cost.shape
+    v = cost[0].copy()
+    arg = np.zeros((m, n), np.int64)
+    for j in range(1, m):
+        tot = v[:, None] + step[j]
+        arg[j] = np.argmin(tot, axis=0)
+        v = cost[j] + tot[arg[j], np.arange(n)]
+    sp = np.zeros(m, np.int64)
+    sp[-1] = int(np.argmin(v))
+    for j in range(m - 1, 0, -1):
+        sp[j - 1] = arg[j, sp[j]]
+    return sp, float(v[sp[-1]])
+
+
+def chain_eval(tab: StateTables, sp: np.ndarray):
+    """(latency s, bottleneck s, energy J, quality points, feasible) of state placements
+    int[K, M]."""
+    sp = np.asarray(sp, np.int64)
+    k, m = sp.shape
+    d = tab.d
+    rows = np.arange(m)
+    legal = tab.legal[rows, sp]
+    dur = np.where(legal, tab.dur[rows, sp], 0.0)
+    prev = np.concatenate([sp[:, :1], sp[:, :-1]], axis=1)
+    x = tab.xfer[rows, prev, sp]
+    dv, dprev = tab.dev[sp], tab.dev[prev]
+    plan = np.arange(k)[:, None]
+    busy = np.bincount((plan * d + dv).ravel(), dur.ravel(), k * d).reshape(k, d)
+    link = np.bincount((plan * d * d + dprev * d + dv).ravel(), np.where(legal, x, 0.0).ravel(),
+                       k * d * d)  # fmt: skip
+    latency = dur.sum(1) + x.sum(1)
+    energy = np.where(legal, tab.e_dur[rows, sp], 0.0).sum(1) + tab.e_xfer[rows, prev, sp].sum(1)
+    quality = tab.qual[rows, sp].sum(1) + tab.q_xfer[rows, prev, sp].sum(1)
+    feasible = legal.all(1) & np.isfinite(x).all(1)
+    for dev in np.flatnonzero(tab.binding):
+        on = dv == dev
+        mem = np.where(on, tab.params[rows, sp], 0.0).sum(1)
+        mem = mem + tab.batch * np.max(np.where(on, tab.act[rows, sp], 0.0), axis=1)
+        feasible &= mem <= tab.capacity[dev]
+    bottleneck = np.maximum(busy.max(1), link.reshape(k, d * d).max(1))
+    return latency, bottleneck, energy, quality, feasible
+
+
+def _reverse(cost: np.ndarray, step: np.ndarray) -> np.ndarray:
+    """h[j, s] = least sum of cost/step over blocks j+1.. given block j in state s."""
+    m, n = cost.shape
+    h = np.zeros((m, n))
+    for j in range(m - 2, -1, -1):
+        h[j] = np.min(step[j + 1] + (cost[j + 1] + h[j + 1])[None, :], axis=1)
+    return h
+
+
+@dataclass(frozen=True)
+class StateBounds:
+    """Optimistic completion costs of a partial placement whose block j is in state s."""
+
+    t: np.ndarray  # f64[M, S]  s
+    e: np.ndarray  # f64[M, S]  J
+    q: np.ndarray  # f64[M, S]  points
+    work: np.ndarray  # f64[M]  s
+    delta: np.ndarray  # f64[M, R] s
+    lam: np.ndarray  # f64[G, D]
+    split: np.ndarray  # f64[M, G] s
+
+    def bottleneck(self, j: int, res: np.ndarray) -> np.ndarray:
+        d = self.lam.shape[1]
+        busy = res[:, :d]
+        dual = np.max(busy @ self.lam.T + self.split[j][None, :], axis=1)
+        return np.maximum(np.maximum(res.max(1), _waterfill(busy, self.work[j])), dual)
+
+
+def state_bounds(tab: StateTables) -> StateBounds:
+    m, d = tab.m, tab.d
+    legal_to = tab.legal[:, None, :]
+    xfer = np.where(legal_to, tab.xfer, np.inf)
+    e_xfer = np.where(legal_to, tab.e_xfer, np.inf)
+    q_xfer = np.where(legal_to & np.isfinite(tab.xfer), tab.q_xfer, np.inf)
+    qual = np.where(tab.legal, tab.qual, np.inf)
+    least = np.min(tab.dur, axis=1)
+    work = np.concatenate([np.cumsum(least[::-1])[::-1][1:], [0.0]])
+    col = _links(d)
+    most = np.zeros((m, d + d * (d - 1)))
+    dur0 = np.where(tab.legal, tab.dur, 0.0)
+    for k in range(d):
+        most[:, k] = np.where(tab.dev[None] == k, dur0, 0.0).max(1)
+    ok = tab.legal[:-1, :, None] & tab.legal[1:, None, :] & np.isfinite(tab.xfer[1:])
+    x_ok = np.where(ok, tab.xfer[1:], 0.0)  # [M-1, S, S]
+    for e in range(d):
+        for f in range(d):
+            if e != f:
+                pair = (tab.dev[:, None] == e) & (tab.dev[None, :] == f)
+                most[1:, col[e, f]] = np.where(pair[None], x_ok, 0.0).max((1, 2))
+    delta = np.concatenate([np.cumsum(most[::-1], axis=0)[::-1][1:], np.zeros((1, most.shape[1]))])
+    lam = _simplex(d)
+    w = lam[:, tab.dev]  # [G, S]
+    weighted = np.where(tab.legal[:, None, :], dur0[:, None, :] * w[None], np.inf)
+    per_block = np.min(weighted, axis=2)
+    split = np.zeros_like(per_block)
+    split[:-1] = np.cumsum(per_block[::-1], axis=0)[::-1][1:]
+    e_dur = np.where(tab.legal, tab.e_dur, np.inf)
+    return StateBounds(
+        t=_reverse(tab.dur, xfer), e=_reverse(e_dur, e_xfer), q=_reverse(qual, q_xfer),
+        work=work, delta=delta, lam=lam, split=split,
+    )  # fmt: skip
+
+
+@dataclass
+class _Level:
+    last: np.ndarray  # int[L] state of block j
+    parent: np.ndarray  # int[L]
+
+
+@dataclass
+class StateResult:
+    """Complete labels of a search at one batch."""
+
+    levels: list[_Level]
+    t: np.ndarray
+    bottleneck: np.ndarray
+    e: np.ndarray
+    q: np.ndarray
+    labels_per_block: list[int] = dataclasses.field(default_factory=list)
+
+    def placements(self, idx) -> np.ndarray:
+        idx = np.asarray(idx, np.int64)
+        out = np.zeros((idx.size, len(self.levels)), np.int64)
+        for j in range(len(self.levels) - 1, -1, -1):
+            out[:, j] = self.levels[j].last[idx]
+            idx = self.levels[j].parent[idx]
+        return out
+
+
+def label_search(
+    fp: FormatProblem,
+    tab: StateTables,
+    mode: str,
+    incumbent: float = -np.inf,
+    front: np.ndarray | None = None,
+    t_bound: float = np.inf,
+) -> StateResult:
+    """Labels over (block, state) at one batch; modes as `_search.label_search` ("score",
+    "pareto", "latency"). Labels carry latency, energy, quality, busy per device and link,
+    and memory where it can bind; labels over the quality budget are dropped."""
+    m, d = tab.m, tab.d
+    b = tab.batch
+    bnd = state_bounds(tab)
+    col = _links(d)
+    n_res = 0 if mode == "latency" else d + d * (d - 1)
+    bind = np.flatnonzero(tab.binding)
+    cap = tab.capacity[bind]
+    budget = fp.quality_budget
+
+    last = np.zeros(0, np.int64)
+    res = np.zeros((1, n_res))
+    t, e, q = np.zeros(1), np.zeros(1), np.zeros(1)
+    mem_p = np.zeros((1, bind.size))
+    mem_a = np.zeros((1, bind.size))
+    levels: list[_Level] = []
+    counts: list[int] = []
+    for j in range(m):
+        parts = []
+        n = t.shape[0]
+        rows = np.arange(n)
+        for st in np.flatnonzero(tab.legal[j]):
+            dev = int(tab.dev[st])
+            prev = last if j else np.full(n, st)
+            x = tab.xfer[j, prev, st]
+            ok = np.isfinite(x)
+            r = res.copy()
+            if n_res:
+                r[:, dev] += tab.dur[j, st]
+                hop = ok & (tab.dev[prev] != dev)
+                r[rows[hop], col[tab.dev[prev[hop]], dev]] += x[hop]
+            mp, ma = mem_p.copy(), mem_a.copy()
+            if dev in bind:
+                k = int(np.flatnonzero(bind == dev)[0])
+                mp[:, k] += tab.params[j, st]
+                ma[:, k] = np.maximum(ma[:, k], tab.act[j, st])
+                ok &= mp[:, k] + b * ma[:, k] <= cap[k]
+            qn = q + tab.qual[j, st] + tab.q_xfer[j, prev, st]
+            ok &= qn <= budget
+            tn = t + tab.dur[j, st] + x
+            en = e + tab.e_dur[j, st] + tab.e_xfer[j, prev, st]
+            parts.append((np.full(n, st)[ok], rows[ok], r[ok], tn[ok], en[ok], qn[ok], mp[ok],
+                          ma[ok]))  # fmt: skip
+        if not parts:
+            t = np.zeros(0)
+            break
+        last, parent, res, t, e, q, mem_p, mem_a = (
+            np.concatenate(z) for z in zip(*parts, strict=True)
+        )
+        t_lb = t + bnd.t[j, last]
+        q_lb = q + bnd.q[j, last]
+        keep = np.isfinite(t_lb) & (q_lb <= budget)
+        if mode == "latency":
+            keep &= t_lb <= t_bound
+            b_lb = np.zeros(t.size)
+        else:
+            e_lb = e + bnd.e[j, last]
+            b_lb = bnd.bottleneck(j, res)
+            if mode == "score":
+                ub = fp.chain.score_bound(b, t_lb, b_lb, e_lb) - fp.delta * q_lb
+                keep &= ub >= incumbent
+            else:
+                x_ub = np.where(b_lb > 0, b / np.where(b_lb > 0, b_lb, 1.0), np.inf)
+                keep &= ~_front_dominates(front, t_lb, x_ub, e_lb)
+        idx_all = np.flatnonzero(keep)
+        kept = []
+        for st in range(tab.s):
+            idx = idx_all[last[idx_all] == st]
+            if idx.size == 0:
+                continue
+            cols = [t[idx], q[idx]] if mode == "latency" else [t[idx], e[idx], q[idx]]
+            cols += [mem_p[idx, k] for k in range(bind.size)]
+            cols += [mem_a[idx, k] for k in range(bind.size)]
+            keys = np.stack(cols, axis=1)
+            order = np.lexsort(keys.T[::-1])
+            idx = idx[order]
+            delta = bnd.delta[j] if n_res else np.zeros(0)
+            gone = _dominated(keys[order], res[idx], delta, b_lb[idx])
+            kept.append(idx[~gone])
+        sel = np.concatenate(kept) if kept else np.zeros(0, np.int64)
+        last, parent, res, t, e, q = last[sel], parent[sel], res[sel], t[sel], e[sel], q[sel]
+        mem_p, mem_a = mem_p[sel], mem_a[sel]
+        levels.append(_Level(last=last, parent=parent))
+        counts.append(int(sel.size))
+        if sel.size == 0:
+            break
+    if len(levels) < m or t.size == 0:
+        empty = np.zeros(0)
+        return StateResult(levels, empty, empty, empty, empty, counts)
+    bott = res.max(1) if n_res else np.zeros(t.size)
+    return StateResult(levels, t, bott, e, q, counts)
+
+
+def seeds(tab: StateTables) -> np.ndarray:
+    """Heuristic state placements int[K, M]: latency and energy DPs, each state everywhere."""
+    m = tab.m
+    rows = [shortest(tab.dur, tab.xfer)[0]]
+    rows.append(shortest(np.where(tab.legal, tab.e_dur, np.inf), tab.e_xfer)[0])
+    rows += [np.full(m, s) for s in range(tab.s)]
+    out = np.stack(rows)
+    return np.where(tab.legal[np.arange(m), out], out, out[:1])  # keep legal where possible
+
+
+def scores(fp: FormatProblem, tab: StateTables, sp: np.ndarray) -> np.ndarray:
+    t, bott, e, q, ok = chain_eval(tab, sp)
+    return np.where(ok, fp.score_of(tab.batch, t, bott, e, q), -np.inf)
+
+
+def improve(fp: FormatProblem, tab: StateTables, sp: np.ndarray, rounds: int = 30):
+    """Best-improvement local search from `sp`: set a run of blocks to one state (runs up to
+    about 1000 in all). A heuristic that seeds the exact search's incumbent."""
+    m, n_s = tab.m, tab.s
+    a, b = np.triu_indices(m + 1, 1)
+    longest = m if m * (m + 1) // 2 <= 1000 else max(1, 1000 // m)
+    a, b = a[b - a <= longest], b[b - a <= longest]
+    runs = (np.arange(m)[None, :] >= a[:, None]) & (np.arange(m)[None, :] < b[:, None])
+    best = np.asarray(sp, np.int64)
+    best_s = scores(fp, tab, best[None])[0]
+    step = max(1, (1 << 16) // m)
+    for _ in range(rounds):
+        cand = np.where(runs[None], np.arange(n_s)[:, None, None], best[None, None, :])
+        cand = cand.reshape(-1, m)
+        s = np.concatenate(
+            [scores(fp, tab, cand[lo : lo + step]) for lo in range(0, len(cand), step)]
+        )
+        k = int(np.argmax(s))
+        if not s[k] > best_s:
+            break
+        best, best_s = cand[k], s[k]
+    return best, float(best_s)
+
+
+def root_bound(fp: FormatProblem, tab: StateTables, bnd: StateBounds) -> float:
+    """An upper bound on the score of every plan at this batch."""
+    d = tab.d
+    first = np.flatnonzero(tab.legal[0])
+    if first.size == 0:
+        return -np.inf
+    res = np.zeros((first.size, d + d * (d - 1)))
+    res[np.arange(first.size), tab.dev[first]] = tab.dur[0, first]
+    t = tab.dur[0, first] + bnd.t[0, first]
+    e = tab.e_dur[0, first] + bnd.e[0, first]
+    q = tab.qual[0, first] + bnd.q[0, first]
+    ub = fp.chain.score_bound(tab.batch, t, bnd.bottleneck(0, res), e) - fp.delta * q
+    ub = np.where(np.isfinite(t) & (q <= fp.quality_budget), ub, -np.inf)
+    return float(np.max(ub))
+
+
+def _batches_in_bound_order(fp: FormatProblem, tabs):
+    roots = [root_bound(fp, tab, state_bounds(tab)) for tab in tabs]
+    return roots, np.argsort(roots)[::-1]
+
+
+def solve_score(fp: FormatProblem, batches, stats: dict | None = None):
+    """The exact score optimum: (state placement int[M], batch, score) or (None, 0, -inf)."""
+    tabs = [fp.tables(b) for b in dict.fromkeys(batches)]
+    best, best_b, best_s = None, 0.0, -np.inf
+    for tab in tabs:  # incumbent: the best seed, improved by local search
+        sd = seeds(tab)
+        s = scores(fp, tab, sd)
+        sp, val = improve(fp, tab, sd[int(np.argmax(s))])
+        if val > best_s:
+            best, best_b, best_s = sp, tab.batch, val
+    roots, order = _batches_in_bound_order(fp, tabs)
+    per_batch = {}
+    for k in order:
+        tab = tabs[k]
+        if roots[k] < best_s:
+            per_batch[tab.batch] = {"skipped": True, "root_bound": roots[k]}
+            continue
+        res = label_search(fp, tab, "score", incumbent=best_s)
+        per_batch[tab.batch] = {"skipped": False, "labels_per_block": res.labels_per_block}
+        if res.t.size:
+            s = fp.score_of(tab.batch, res.t, res.bottleneck, res.e, res.q)
+            i = int(np.argmax(s))
+            if s[i] > best_s:
+                best, best_b, best_s = res.placements([i])[0], tab.batch, float(s[i])
+    if stats is not None:
+        stats.update(per_batch=per_batch, score64=best_s)
+    return best, best_b, best_s
+
+
+def solve_latency(fp: FormatProblem, batch: float):
+    """The latency-optimal state placement at `batch` within the quality budget (memory
+    respected): (state placement int[M] or None, latency s)."""
+    tab = fp.tables(batch)
+    sd = seeds(tab)
+    t, _, _, q, ok = chain_eval(tab, sd)
+    ok &= q <= fp.quality_budget
+    t_bound = float(np.min(np.where(ok, t, np.inf)))
+    res = label_search(fp, tab, "latency", t_bound=t_bound)
+    if res.t.size:
+        i = int(np.argmin(res.t))
+        return res.placements([i])[0], float(res.t[i])
+    if np.isfinite(t_bound):
+        i = int(np.argmin(np.where(ok, t, np.inf)))
+        return sd[i], float(t[i])
+    return None, np.inf
+
+
+def solve_pareto(fp: FormatProblem, batches, pareto_mask, stats: dict | None = None):
+    """Every plan of the exact Pareto front over (latency, throughput, energy) within the
+    quality budget: (state placements int[K, M], batches f64[K], points f64[K, 3])."""
+    tabs = [fp.tables(b) for b in dict.fromkeys(batches)]
+    pool_sp, pool_b, pool_pts = [], [], []
+
+    def add(tab, sp, t, bott, e):
+        x = np.where(bott > 0, tab.batch / np.where(bott > 0, bott, 1.0), 0.0)
+        pool_sp.append(sp)
+        pool_b.append(np.full(t.size, tab.batch))
+        pool_pts.append(np.stack([t, x, e], axis=1))
+
+    for tab in tabs:
+        sd = seeds(tab)
+        t, bott, e, q, ok = chain_eval(tab, sd)
+        ok &= q <= fp.quality_budget
+        add(tab, sd[ok], t[ok], bott[ok], e[ok])
+    per_batch = {}
+    for tab in tabs:
+        pts = np.concatenate(pool_pts)
+        front = pts[pareto_mask(pts)] if pts.shape[0] else np.zeros((0, 3))
+        res = label_search(fp, tab, "pareto", front=front)
+        if res.t.size:
+            add(tab, res.placements(np.arange(res.t.size)), res.t, res.bottleneck, res.e)
+        per_batch[tab.batch] = {"labels_per_block": res.labels_per_block}
+    if stats is not None:
+        stats.update(per_batch=per_batch)
+    return np.concatenate(pool_sp), np.concatenate(pool_b), np.concatenate(pool_pts)

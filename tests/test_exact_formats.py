@@ -1,0 +1,127 @@
+"""Exact optima with numeric formats and transfer codes (cost model 2.0) against exhaustive
+enumeration of every (device, format, code) per block, evaluated with `hj.evaluate`."""
+
+from __future__ import annotations
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import hetjax as hj
+from hetjax.exact._solvers import _pareto_mask
+from hetjax.graphs import EMBED, EMBEDDING, FFN, MATMUL, NORM, GraphBuilder
+
+BATCHES = (1.0, 8.0)
+M_BLOCKS = 3
+SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
+
+
+def _chain(rng) -> hj.LayerGraph:
+    """A chain of M_BLOCKS blocks (EMBED or MATMUL, then NORM) with random quality losses."""
+    g, prev = GraphBuilder(), None
+    for j in range(M_BLOCKS):
+        g.begin_block(FFN if j else EMBEDDING)
+        a = g.op(f"mm{j}", EMBED if j == 0 else MATMUL, rng.uniform(1e8, 5e9),
+                 rng.uniform(1e4, 1e6), rng.uniform(1e4, 2e6), rng.uniform(1e5, 5e7), [prev])
+        prev = g.op(f"n{j}", NORM, rng.uniform(1e5, 1e7), rng.uniform(1e4, 1e6),
+                    rng.uniform(1e4, 2e6), 0.0, [a])  # fmt: skip
+    graph = g.build()
+    losses = np.zeros((2, graph.m_max, 3), np.float32)
+    losses[:, :, 1:] = rng.uniform(0.0, 0.6, (2, graph.m_max, 2))
+    return graph.replace(fmt_loss=jnp.asarray(losses[0]), code_loss=jnp.asarray(losses[1]))
+
+
+def _platform(rng) -> hj.Platform:
+    """A platform drawn around `edge` (formats and codecs perturbed too); sometimes the NPU has
+    no codec or a memory that binds."""
+    p = hj.hardware.unstack(hj.hardware.sample(jax.random.key(int(rng.integers(1 << 30))), 1))[0]
+    if rng.random() < 0.3:
+        p = p.replace(codec_bw=p.codec_bw.at[1].set(0.0))
+    if rng.random() < 0.3:
+        p = p.replace(mem_capacity=p.mem_capacity.at[1].set(float(rng.uniform(3e7, 1.5e8))))
+    return p
+
+
+def _enumerate(g, p):
+    """Metrics of every (device, format, code) assignment at each batch: (states int[K, M],
+    batch f[K], Metrics with leading axis K)."""
+    st_ = np.array(list(itertools.product(range(p.d_max * 9), repeat=M_BLOCKS)))
+    dev, fmt, code = st_ // 9, (st_ % 9) // 3, st_ % 3
+    plans = [hj.Plan.from_blocks(g, dev, b, fmt=fmt, code=code) for b in BATCHES]
+    plans = jax.tree.map(lambda *xs: jnp.concatenate(xs), *[
+        pl.replace(batch=jnp.full(dev.shape[0], b, jnp.float32))
+        for pl, b in zip(plans, BATCHES, strict=True)
+    ])  # fmt: skip
+    return jax.jit(hj.evaluate)(g, p, plans)
+
+
+@settings(max_examples=8, **SETTINGS)
+@given(st.integers(0, 2**31 - 1), st.sampled_from([np.inf, 1.0, 0.4]), st.sampled_from([0.0, 0.3]))
+def test_optimal_score_latency_and_front_match_enumeration(seed, budget, delta):
+    rng = np.random.default_rng(seed)
+    g, p = _chain(rng), _platform(rng)
+    metrics = _enumerate(g, p)
+    ref = hj.evaluate(g, p, hj.reference_plan(g))
+    s = np.asarray(hj.score(metrics, ref, delta=delta, quality_budget=budget))
+    full = dict(formats=(0, 1, 2), codes=(0, 1, 2))
+    plan, value = hj.exact.optimal_score(
+        g, p, BATCHES, **full, delta=delta, quality_budget=budget
+    )
+    assert abs(value - s.max()) <= 1e-5 * max(1.0, abs(s.max())), (value, s.max())
+    m = hj.evaluate(g, p, plan)
+    assert float(m.quality_loss) <= budget and bool(m.feasible)
+    # formats off: the version-1 optimum, never better than the optimum with formats
+    _, v1 = hj.exact.optimal_score(g, p, BATCHES)
+    assert value >= v1 - 1e-6 or budget < np.inf  # (v1 plans have quality 0: always allowed)
+    assert value >= v1 - 1e-6
+
+    within = np.asarray(metrics.quality_loss) <= budget
+    lat = np.where(within, np.asarray(metrics.latency), np.inf)
+    k = len(lat) // len(BATCHES)
+    for i, b in enumerate(BATCHES):
+        best = float(lat[i * k : (i + 1) * k].min())
+        got = hj.exact.optimal_latency(g, p, b, **full, quality_budget=budget)
+        assert abs(float(hj.evaluate(g, p, got).latency) - best) <= 1e-5 * best
+
+    plans, front = hj.exact.pareto_front(g, p, BATCHES, **full, quality_budget=budget)
+    ok = within & np.asarray(metrics.feasible)
+    pts = np.stack([np.asarray(x, np.float64)[ok] for x in
+                    (metrics.latency, metrics.throughput, metrics.energy)], axis=1)  # fmt: skip
+    want = pts[_pareto_mask(pts)]
+    got = np.stack([np.asarray(x, np.float64) for x in
+                    (front.latency, front.throughput, front.energy)], axis=1)  # fmt: skip
+    assert got.shape[0] == want.shape[0], (got.shape, want.shape)
+    for row in want:  # every enumerated front point is found (float32 rounding apart)
+        assert np.any(np.all(np.abs(got - row) <= 1e-5 * np.abs(row), axis=1)), row
+    assert np.all(np.asarray(front.quality_loss) <= budget)
+
+
+def test_formats_off_is_the_version_1_search():
+    g = hj.graphs.transformer("bert-tiny", seq_len=32)
+    p = hj.hardware.preset("edge")
+    a = hj.exact.optimal_score(g, p, BATCHES)
+    b = hj.exact.optimal_score(g, p, BATCHES, formats=(0,), codes=[0], delta=0.5)
+    assert a[1] == b[1]
+    np.testing.assert_array_equal(a[0].placement, b[0].placement)
+    assert a[0].fmt is None and b[0].fmt is None
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(formats=(1, 2)), "include 0"),
+        (dict(codes=(0, 3)), "codes"),
+        (dict(formats="int8"), "formats"),
+        (dict(delta=-1.0), "delta"),
+        (dict(quality_budget=float("nan")), "quality_budget"),
+    ],
+)
+def test_bad_format_arguments_are_refused(kwargs, match):
+    g = hj.graphs.transformer("bert-tiny", seq_len=32)
+    with pytest.raises(hj.PlanError, match=match):
+        hj.exact.optimal_score(g, hj.hardware.preset("edge"), BATCHES, **kwargs)
