@@ -26,8 +26,15 @@ def _chain(rng) -> hj.LayerGraph:
     g, prev = GraphBuilder(), None
     for j in range(M_BLOCKS):
         g.begin_block(FFN if j else EMBEDDING)
-        a = g.op(f"mm{j}", EMBED if j == 0 else MATMUL, rng.uniform(1e8, 5e9),
-                 rng.uniform(1e4, 1e6), rng.uniform(1e4, 2e6), rng.uniform(1e5, 5e7), [prev])
+        a = g.op(
+            f"mm{j}",
+            EMBED if j == 0 else MATMUL,
+            rng.uniform(1e8, 5e9),
+            rng.uniform(1e4, 1e6),
+            rng.uniform(1e4, 2e6),
+            rng.uniform(1e5, 5e7),
+            [prev],
+        )
         prev = g.op(f"n{j}", NORM, rng.uniform(1e5, 1e7), rng.uniform(1e4, 1e6),
                     rng.uniform(1e4, 2e6), 0.0, [a])  # fmt: skip
     graph = g.build()
@@ -69,9 +76,7 @@ def test_optimal_score_latency_and_front_match_enumeration(seed, budget, delta):
     ref = hj.evaluate(g, p, hj.reference_plan(g))
     s = np.asarray(hj.score(metrics, ref, delta=delta, quality_budget=budget))
     full = dict(formats=(0, 1, 2), codes=(0, 1, 2))
-    plan, value = hj.exact.optimal_score(
-        g, p, BATCHES, **full, delta=delta, quality_budget=budget
-    )
+    plan, value = hj.exact.optimal_score(g, p, BATCHES, **full, delta=delta, quality_budget=budget)
     assert abs(value - s.max()) <= 1e-5 * max(1.0, abs(s.max())), (value, s.max())
     m = hj.evaluate(g, p, plan)
     assert float(m.quality_loss) <= budget and bool(m.feasible)
