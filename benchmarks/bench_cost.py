@@ -17,6 +17,12 @@ those 16 platforms that users wrote as a workaround, and `hj.score` of the sweep
 The paths are timed in turns (repeat r of every path, then repeat r + 1), so a change of load
 hits them alike, and each rate is also given as a ratio to the batched Plan's at that B.
 Writes benchmarks/results/cost.json (rows; `vmap_rows` and `slowest_common_path`).
+
+Cost model 2.0 (`--format-sizes`, default B = 1024, 16384; `--formats-only` runs just these):
+the same plans without formats and codes (version 1.1's program) and with a random format
+and code per block, side by side and timed in turns, as one batched Plan and as the sweep
+(`jax.vmap` over platforms, one plan); writes benchmarks/results/cost_formats.json with each
+rate's ratio to version 1.1's.
 """
 
 from __future__ import annotations
@@ -135,6 +141,45 @@ def vmap_rows(model, platform, sizes, *, quick: bool) -> list[dict]:
     return rows
 
 
+def format_rows(model, platform, sizes, *, quick: bool) -> list[dict]:
+    """Version 1.1 vs 2.0 (a random format and code per block) on the same placements."""
+    rows = []
+    over_platforms = jax.jit(jax.vmap(hj.evaluate, in_axes=(None, 0, None)))
+    for gran in ("op", "block"):
+        g = hj.graphs.transformer(model, granularity=gran)
+        for b in sizes:
+            v1 = random_plans(jax.random.key(b), g, platform, b)
+            k1, k2 = jax.random.split(jax.random.key(b + 7))
+            fmt = jax.random.randint(k1, (b, g.m_max), 0, 3)
+            code = jax.random.randint(k2, (b, g.m_max), 0, 3)
+            at = jnp.broadcast_to(g.block, v1.placement.shape)
+            v2 = v1.replace(
+                fmt=jnp.take_along_axis(fmt, at, 1), code=jnp.take_along_axis(code, at, 1)
+            )
+            ps = hj.hardware.sample(jax.random.key(b + 1), n=b, base=platform, spread=3.0)
+            one1, one2 = (jax.tree.map(lambda x: x[0], v) for v in (v1, v2))
+            paths = {
+                ("batched Plan", "1.1"): (jax.jit(hj.evaluate), (g, platform, v1)),
+                ("batched Plan", "2.0"): (jax.jit(hj.evaluate), (g, platform, v2)),
+                ("vmap over platforms (sweep)", "1.1"): (over_platforms, (g, ps, one1)),
+                ("vmap over platforms (sweep)", "2.0"): (over_platforms, (g, ps, one2)),
+            }
+            calls = {}
+            for key, (fn, args) in paths.items():
+                jax.block_until_ready(fn(*args))
+                calls[key] = lambda fn=fn, args=args: jax.block_until_ready(fn(*args))
+            sec = time_in_turns(calls, repeats=3 if quick else 7, min_time=0.05 if quick else 0.3)
+            for path in ("batched Plan", "vmap over platforms (sweep)"):
+                base = b / sec[(path, "1.1")]
+                for version in ("1.1", "2.0"):
+                    rate = b / sec[(path, version)]
+                    rows.append(dict(granularity=gran, path=path, B=b, version=version,
+                                     rate=rate, ratio=rate / base))  # fmt: skip
+                    print(f"{gran:5s} B={b:6d} {path:28s} v{version}: {rate:10,.0f}/s "
+                          f"x{rate / base:.2f}", flush=True)  # fmt: skip
+    return rows
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="bert-base")
@@ -157,12 +202,32 @@ def main(argv=None) -> dict:
         help="B for the rows of each batching path (vmap over plans, platforms, graphs, ...); "
         "empty: skip them",
     )
+    ap.add_argument("--format-sizes", default="1024,16384",
+                    help="B for the cost model 2.0 rows; empty: skip them")  # fmt: skip
+    ap.add_argument("--formats-only", action="store_true", help="run only the 2.0 rows")
     ap.add_argument("--quick", action="store_true", help="fewer repeats (smoke run)")
     args = ap.parse_args(argv)
     n_dev = hj.use_cpu_devices(args.devices)  # before JAX runs anything
     sizes = [int(s) for s in args.sizes.split(",")]
     sharded_sizes = [int(s) for s in args.sharded_sizes.split(",")]
     platform = hj.hardware.preset(args.platform)
+    fsizes = [int(s) for s in args.format_sizes.split(",") if s]
+    if fsizes:
+        frows = format_rows(args.model, platform, fsizes, quick=args.quick)
+        table = Table(title=f"cost model 2.0 vs 1.1: {args.model} on {args.platform}, "
+                      f"evaluations/s (load {os.getloadavg()[0]:.1f})")  # fmt: skip
+        for col in ("granularity", "path", "B", "version", "evals/s", "x version 1.1"):
+            table.add_column(col, justify="right")
+        for r in frows:
+            table.add_row(r["granularity"], r["path"], str(r["B"]), r["version"],
+                          f"{r['rate']:,.0f}", f"{r['ratio']:.2f}")  # fmt: skip
+        Console(width=130).print(table)
+        worst = min((r for r in frows if r["version"] == "2.0"), key=lambda r: r["ratio"])
+        fdoc = {"benchmark": "cost_formats", "model": args.model, "platform": args.platform,
+                "machine": machine(), "rows": frows, "worst_ratio": worst}  # fmt: skip
+        print("wrote", write_json("cost_formats", fdoc))
+        if args.formats_only:
+            return fdoc
     rows = []
     for gran in ("op", "block"):
         graph = hj.graphs.transformer(args.model, granularity=gran)

@@ -159,9 +159,11 @@ def _col(x, base: int):
 def _by_index(index, values, default):
     """values[index] for a short static table `values` (a chain of selects, no gather);
     `default` where index is outside it."""
-    out = jnp.full(index.shape, default, jnp.result_type(*values))
+    dtype = jnp.result_type(*values)
+    out = jnp.broadcast_to(jnp.asarray(default, dtype), index.shape)
     for k, v in enumerate(values):
-        out = jnp.where(index == k, v, out)
+        if not (v is default or (isinstance(v, float) and v == default)):  # no-op selects
+            out = jnp.where(index == k, v, out)
     return out
 
 
@@ -173,10 +175,11 @@ def _format_bytes(graph: LayerGraph, fmt):
     if fmt is None:
         return params, act
     op_class = _col(graph.op_class, 1)
-    w = _by_index(fmt, [float(b / 16) for b in W_BITS], 1.0)
-    a = _by_index(fmt, [float(b / 16) for b in A_BITS], 1.0)
     weights = (op_class == MATMUL) | (op_class == EMBED)
-    return jnp.where(weights, params * w, params), jnp.where(op_class == MATMUL, act * a, act)
+    # per op and format (no plan axis), then one pick per plan
+    p_q = [jnp.where(weights, params * float(w / 16), params) for w in W_BITS]
+    a_q = [jnp.where(op_class == MATMUL, act * float(a / 16), act) for a in A_BITS]
+    return _by_index(fmt, p_q, p_q[0]), _by_index(fmt, a_q, a_q[0])
 
 
 def _device_terms(graph: LayerGraph, platform: Platform, placement, batch, fmt=None):
@@ -219,10 +222,13 @@ def _device_terms(graph: LayerGraph, platform: Platform, placement, batch, fmt=N
     unplaceable = real & ((dev != placement) | (peak <= 0))
     if fmt is not None:  # cost model 2.0: the MATMUL peak scales with the format's speedup
         speedup_all = _col(platform.fmt_speedup, 2)  # [D, 3, .]
-        speedup = jnp.zeros(placement.shape, dtype)
-        for d in range(d_max):
-            pick = _by_index(fmt, [speedup_all[d, q] for q in range(NUM_FORMATS)], 0.0)
-            speedup = jnp.where(dev == d, pick, speedup)
+        per_fmt = [1.0]  # the speedup of the op's device, for each format (FP16: 1)
+        for q in range(1, NUM_FORMATS):
+            pick = jnp.zeros(placement.shape, dtype)
+            for d in range(d_max):
+                pick = jnp.where(dev == d, speedup_all[d, q], pick)
+            per_fmt.append(pick)
+        speedup = _by_index(fmt, per_fmt, 0.0)
         quantized = ((op_class == MATMUL) | (op_class == EMBED)) & (fmt != FP16)
         # a format outside 0..2, or one the device does not support, makes the op unplaceable
         bad = (fmt < 0) | (fmt >= NUM_FORMATS) | (quantized & (speedup <= 0))
@@ -254,8 +260,7 @@ class _Step(NamedTuple):
     pred_out: jax.Array  # f[P, .]       output bytes per sample of each predecessor
     src: jax.Array  # int32[P, C]        device of each predecessor ([P, 0] when not per plan)
     # cost model 2.0, [P, 0] without transfer codes:
-    pred_scale: jax.Array  # f[P, C]     t_bits / 16 of each predecessor's code
-    pred_codec: jax.Array  # f[P, C]     1 + t_bits / 16 for a code, 0 for none
+    code: jax.Array  # int32[P, C]       code of each predecessor (2.0, per-plan preds only)
 
 
 class _Carry(NamedTuple):
@@ -324,15 +329,15 @@ def _simulate_chunk(graph: LayerGraph, platform: Platform, placement, batch, fmt
         pred_out = _col(graph.out_bytes, 1)[pred]
         src_all = jnp.zeros((n, p_max, 0), jnp.int32)
     coded = code is not None
-    if coded:  # cost model 2.0: each transfer's bytes and codec passes follow its producer's code
-        pred_code = _per_op(code, pred) if per_plan_preds else code[pred]  # [N, P, C]
-        # (1 + t_bits / 16): the bytes the two codec passes read and write, per 16-bit byte
-        pred_codec = _by_index(pred_code, [0.0] + [1.0 + float(t / 16) for t in T_BITS[1:]], 0.0)
-        pred_scale = _by_index(pred_code, [1.0] + [float(t / 16) for t in T_BITS[1:]], 1.0)
+    if coded:  # cost model 2.0: a transfer's bytes and codec passes follow its producer's code
         cbw = _col(platform.codec_bw, 1).astype(dtype)
-        inv_codec_bw = jnp.where(cbw > 0, 1.0 / jnp.where(cbw > 0, cbw, 1.0), 0.0)  # [D, .]
+        inv_codec = jnp.where(cbw > 0, 1.0 / jnp.where(cbw > 0, cbw, 1.0), 0.0)  # [D, .] s/B
+        scales = [1.0] + [float(t / 16) for t in T_BITS[1:]]  # bytes sent per 16-bit byte
+        passes = [0.0] + [1.0 + float(t / 16) for t in T_BITS[1:]]  # bytes the codecs touch
+        # per-plan predecessors: the producers' codes gathered once ([N, P, C])
+        pred_code = _per_op(code, pred) if per_plan_preds else jnp.zeros((n, p_max, 0), jnp.int32)
     else:
-        pred_scale = pred_codec = jnp.zeros((n, p_max, 0), dtype)
+        pred_code = jnp.zeros((n, p_max, 0), jnp.int32)
     devices = jnp.arange(d_max)[:, None]
     links = jnp.arange(n_links)[:, None]
     cols = jnp.arange(c)[None, :]
@@ -343,15 +348,19 @@ def _simulate_chunk(graph: LayerGraph, platform: Platform, placement, batch, fmt
 
     def step(carry: _Carry, s: _Step):
         on_dst = devices == s.dev  # [D, C]
+        inv_dst = _select(on_dst, inv_codec) if coded else None  # s/byte of this device's codec
 
         def visit(k, state):  # predecessor slot k (active for at least one plan)
             arrival, link_free, link_busy, moved, ready, charged = state
             if per_plan_preds:  # one (producer, device) row per plan: a gather
                 at = s.pred[k] * d_max + devices  # [D, C]
                 rows, src = jnp.take_along_axis(arrival, at, axis=0), s.src[k]
+                kc = s.code[k] if coded else None
             else:
                 src = jax.lax.dynamic_index_in_dim(dev, s.pred[k], axis=0, keepdims=False)
                 rows = jax.lax.dynamic_slice_in_dim(arrival, s.pred[k] * d_max, d_max, axis=0)
+                if coded:
+                    kc = jax.lax.dynamic_index_in_dim(code, s.pred[k], axis=0, keepdims=False)
             known = _select(on_dst, rows)  # arrival on this op's device, -1 if not sent
             finish_p = _select(devices == src, rows)
             send = known < 0
@@ -361,9 +370,9 @@ def _simulate_chunk(graph: LayerGraph, platform: Platform, placement, batch, fmt
             on_link = on_pair & send
             sent = batch * s.pred_out[k]
             if coded:  # SPEC 2.0: compressed bytes, plus the sender's and receiver's codec passes
-                inv = _select(devices == src, inv_codec_bw) + _select(on_dst, inv_codec_bw)
-                codec = sent * s.pred_codec[k] * inv
-                sent = sent * s.pred_scale[k]
+                inv = _select(devices == src, inv_codec) + inv_dst
+                codec = sent * _by_index(kc, passes, 0.0) * inv
+                sent = sent * _by_index(kc, scales, 1.0)
                 x = _select(on_pair, link_latency) + sent / _select(on_pair, link_bw) + codec
             else:
                 x = _select(on_pair, link_latency) + sent / _select(on_pair, link_bw)
@@ -426,14 +435,15 @@ def _simulate_chunk(graph: LayerGraph, platform: Platform, placement, batch, fmt
         active=active,
         pred_out=pred_out.astype(dtype),
         src=src_all,
-        pred_scale=pred_scale,
-        pred_codec=pred_codec,
+        code=pred_code,
     )
     out, op_time = jax.lax.scan(step, init, xs)
     extra = {}
     if fmt is not None or coded:  # cost model 2.0: quality loss, codec feasibility
-        crossed = out.arrival.reshape(n, d_max, c) >= 0  # [N, D, C] output present on device
-        crossed &= jnp.arange(d_max)[None, :, None] != dev[:, None, :]  # ... and sent there
+        crossed = None
+        if coded:
+            crossed = out.arrival.reshape(n, d_max, c) >= 0  # [N, D, C] output on device d
+            crossed &= jnp.arange(d_max)[None, :, None] != dev[:, None, :]  # ... sent there
         extra = _quality(graph, platform, fmt, code, dev, crossed)
     params, act = _format_bytes(graph, fmt)
     return _reduce_metrics(
@@ -444,7 +454,10 @@ def _simulate_chunk(graph: LayerGraph, platform: Platform, placement, batch, fmt
 
 
 def _block_max(graph: LayerGraph, per_op, m_max: int):
-    """max over the real ops of each real block of per_op f[N, C] (>= 0) -> f[M, C]."""
+    """max over the real ops of each real block of per_op f[N, C] (values >= 0) -> f[M, C].
+
+    A segment max with the graph's block ids (one C-wide row per op) when the graph is shared
+    by the plans; a per-element scatter when each plan has its own blocks."""
     per_op = jnp.where(_col(graph.op_mask, 1), per_op, 0.0)
     if graph.block.ndim == 1:
         out = jax.ops.segment_max(per_op, graph.block, num_segments=m_max)
@@ -459,26 +472,29 @@ def _quality(graph: LayerGraph, platform: Platform, fmt, code, dev, crossed) -> 
     """Cost model 2.0's quality loss (points, f[C]) and codec feasibility (bool[C]) of C plans.
 
     fmt, code int32[N, C] or None; dev int32[N, C] run devices; crossed bool[N, D, C]: op p's
-    output was sent to device d. A block is charged fmt_loss[j, q] for its format and, if an
-    output of one of its ops crossed a link, code_loss[j, k] for its code (SPEC). With formats
+    output was sent to device d (None without codes). A block is charged fmt_loss[j, q] for
+    its format and, if an output of one of its ops crossed a link, code_loss[j, k] for its
+    code (SPEC). With formats
     or codes given per op and differing inside a block, the block is charged the largest of
     its ops' losses. A coded transfer from or to a device with codec_bw = 0, or a code outside
     0..2 on a tensor that crosses, makes the plan infeasible.
     """
     m_max, d_max = graph.block_mask.shape[0], platform.device_mask.shape[0]
     n, c = dev.shape
-    block = jnp.broadcast_to(graph.block if graph.block.ndim == 2 else graph.block[:, None], (n, c))
     total = jnp.zeros((c,), _col(graph.fmt_loss, 2).dtype)
+    out = None if crossed is None else jnp.any(crossed, axis=1)  # [N, C] output crossed
     for table, index in ((graph.fmt_loss, fmt), (graph.code_loss, code)):
         if index is None:
             continue
-        tab = _col(table, 2)  # [M, 3, .]
-        per_op = jnp.zeros((n, c), tab.dtype)
-        for q in range(1, tab.shape[1]):  # column 0 is 0 (validated)
-            at_op = jnp.take_along_axis(jnp.broadcast_to(tab[:, q], (m_max, c)), block, axis=0)
-            per_op = jnp.where(index == q, at_op, per_op)
-        if index is code:  # only blocks whose outputs cross a link pay for their code
-            per_op = jnp.where(jnp.any(crossed, axis=1), per_op, 0.0)
+        tab = _col(table, 2)  # [M, 3, .]; column 0 is 0 (validated)
+        if graph.block.ndim == 1:  # one row per op, shared by the plans: [N, 3, .]
+            rows = [tab[:, q][graph.block] for q in range(tab.shape[1])]
+        else:  # per-plan blocks: a gather per element
+            rows = [jnp.take_along_axis(jnp.broadcast_to(tab[:, q], (m_max, c)), graph.block, 0)
+                    for q in range(tab.shape[1])]  # fmt: skip
+        per_op = _by_index(index, rows, 0.0)
+        if index is code:  # a code costs only where the output crosses
+            per_op = jnp.where(out, per_op, 0.0)
         total = total + _sum_tree(_block_max(graph, per_op, m_max))
     codec_ok = jnp.ones((c,), bool)
     if code is not None:
