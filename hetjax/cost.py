@@ -509,15 +509,22 @@ def _quality(graph: LayerGraph, platform: Platform, fmt, code, dev, crossed) -> 
     return dict(quality_loss=total, codec_ok=codec_ok)
 
 
-def _metrics(graph, platform, batch, dev, dur, unplaceable, finish, charged, link_busy, moved):
+def _metrics(
+    graph, platform, batch, dev, dur, unplaceable, finish, charged, link_busy, moved,
+    quality_loss=None, codec_ok=None, params=None,
+):  # fmt: skip
     """`Metrics` from a simulated schedule given per op (plan axis C last on every field).
 
     dev int32[N, C] (device the op runs on), dur/finish/charged f[N, C] (charged = transfer time
-    the op triggered), link_busy/moved f[D, D, C]. The environment's terminal metrics use it.
+    the op triggered), link_busy/moved f[D, D, C]; cost model 2.0: quality loss f[C], codec
+    feasibility bool[C] (`_quality`) and the formats' (weight, activation) bytes f[N, .]
+    (`_format_bytes`). The environment's terminal metrics use it.
     """
     real = _col(graph.op_mask, 1)
+    totals = _device_totals(graph, dev, dur, platform.device_mask.shape[0],
+                            *(params if params is not None else ()))  # fmt: skip
     return _reduce_metrics(
-        graph, platform, batch, **_device_totals(graph, dev, dur, platform.device_mask.shape[0]),
+        graph, platform, batch, **totals, quality_loss=quality_loss, codec_ok=codec_ok,
         link_busy=link_busy, moved=moved,
         latency=jnp.max(jnp.where(real, finish, 0.0), axis=0, initial=0.0),
         op_time=jnp.where(real, dur + charged, 0.0),

@@ -30,8 +30,11 @@ from hetjax.cost import (
     DEFAULT_WEIGHTS,
     Metrics,
     Plan,
+    _by_index,
     _device_terms,
+    _format_bytes,
     _metrics,
+    _quality,
     evaluate,
     reference_plan,
     score,
@@ -39,6 +42,7 @@ from hetjax.cost import (
 from hetjax.env.base import Environment
 from hetjax.env.spaces import Box, Dict, Discrete
 from hetjax.errors import GraphError, PlanError, PlatformError
+from hetjax.formats import A_BITS, NUM_CODES, NUM_FORMATS, T_BITS, W_BITS
 from hetjax.graphs import core as graphs_core
 from hetjax.graphs.core import BLOCK_KINDS, LayerGraph
 from hetjax.hardware import core as hardware_core
@@ -96,6 +100,15 @@ class EnvParams:
     mean_bw: jax.Array  # f32[]         bytes/s: mean bandwidth of the real links (1 if none)
     block_static: jax.Array  # f32[K, M, Fs]  batch-dependent static part of `Observation.blocks`
     static_features: jax.Array  # f32[Fz]  static tail of `Observation.features`
+    # cost model 2.0 (PlacementEnv.formats = F, .codes = C; 1 and 1 = version 1.1)
+    delta: jax.Array  # f32[]           score per accuracy point of quality loss
+    quality_budget: jax.Array  # f32[]  points (+inf: no budget)
+    fmt_time: jax.Array  # f32[K, M, D, F]  s: block j on device d in format q
+    fmt_legal: jax.Array  # bool[M, D, F]   block j may run on d in format q
+    fmt_params: jax.Array  # f32[M, F]      weight bytes of block j in format q
+    fmt_act: jax.Array  # f32[M, F]         largest activation bytes per sample in format q
+    fmt_loss: jax.Array  # f32[M, F]        points: block j in format q
+    code_loss: jax.Array  # f32[M, C]       points: block j's outputs crossing with code k
 
     @property
     def max_steps_in_episode(self) -> int:
@@ -125,6 +138,11 @@ class EnvState:
     #                   1.0 for each predecessor slot that triggered a transfer
     potential: jax.Array  # f32[]       shaping potential Phi of this state
     episode_return: jax.Array  # f32[]  sum of rewards so far in this episode
+    # cost model 2.0
+    fmt: jax.Array  # int32[M]          format of each placed block (0 where not placed)
+    code: jax.Array  # int32[M]         transfer code of each placed block
+    quality: jax.Array  # f32[]         points of quality loss so far
+    charged: jax.Array  # bool[M]       block's code loss charged (an output crossed)
 
 
 @struct.dataclass
@@ -141,9 +159,21 @@ class Observation:
 # --- observation layout ---------------------------------------------------------------------
 
 
-def feature_sizes(num_batches: int, d_max: int) -> tuple[tuple[str, int], ...]:
-    """(name, size) of each group of `Observation.features`, in order (see the docs)."""
+def feature_sizes(
+    num_batches: int, d_max: int, formats: int = 1, codes: int = 1
+) -> tuple[tuple[str, int], ...]:
+    """(name, size) of each group of `Observation.features`, in order (see the docs). With
+    cost model 2.0's choices (formats * codes > 1) five groups follow the version-1 ones."""
     k, d = num_batches, d_max
+    extra = ()
+    if formats * codes > 1:
+        extra = (
+            ("quality", 2),
+            ("fmt_time", d * formats),
+            ("fmt_loss", formats),
+            ("code_loss", codes),
+            ("codec", d),
+        )
     return (
         # dynamic part
         ("phase", 1),
@@ -171,6 +201,7 @@ def feature_sizes(num_batches: int, d_max: int) -> tuple[tuple[str, int], ...]:
         ("batch_table", k * d),
         ("devices", 12 * d),
         ("links", 3 * d * d),
+        *extra,
     )
 
 
@@ -232,21 +263,33 @@ def _is_traced(tree) -> bool:
 # --- terminal metrics --------------------------------------------------------------------------
 
 
-def _exact_metrics(graph, platform, block_placement, batch, sched) -> Metrics:
+def _exact_metrics(graph, platform, block_placement, batch, sched, fmt=None, code=None) -> Metrics:
     """SPEC `Metrics` of a finished plan from its simulated schedule (`EnvState.sched`): the
-    schedule-independent part of `cost._simulate_chunk`, one plan (C = 1)."""
+    schedule-independent part of `cost._simulate_chunk`, one plan (C = 1). `fmt` / `code`:
+    the blocks' formats and codes (cost model 2.0; None: version 1.1)."""
     d_max, n = platform.d_max, graph.n_max
     finish, trig = sched[:n, 0], sched[:n, 1 + d_max :] > 0.5
-    plan = Plan.from_blocks(graph, block_placement, batch)
+    plan = Plan.from_blocks(graph, block_placement, batch, fmt=fmt, code=code)
     bt = plan.batch[None]
-    dev, dur, unplaceable = _device_terms(graph, platform, plan.placement[:, None], bt)
+    op_fmt = None if fmt is None else plan.fmt[:, None]
+    op_code = None if code is None else plan.code[:, None]
+    dev, dur, unplaceable = _device_terms(graph, platform, plan.placement[:, None], bt, op_fmt)
     pred = jnp.maximum(graph.preds, 0)
     active = (graph.preds >= 0) & graph.op_mask[pred]
     src = dev[pred]  # [N, P, 1]
     dst = dev[:, None, :]
     cross = active[..., None] & graph.op_mask[:, None, None] & (src != dst)
     sent = bt * graph.out_bytes[pred][..., None]
-    xfer = platform.link_latency[src, dst] + sent / platform.link_bw[src, dst]
+    if op_code is None:
+        xfer = platform.link_latency[src, dst] + sent / platform.link_bw[src, dst]
+    else:  # as `hetjax.cost`: the producer's code
+        kc = op_code[pred]  # [N, P, 1]
+        cbw = platform.codec_bw
+        inv_codec = jnp.where(cbw > 0, 1.0 / jnp.where(cbw > 0, cbw, 1.0), 0.0)
+        codec = sent * _by_index(kc, [0.0] + [1.0 + float(t / 16) for t in T_BITS[1:]], 0.0)
+        codec = codec * (inv_codec[src] + inv_codec[dst])
+        sent = sent * _by_index(kc, [1.0] + [float(t / 16) for t in T_BITS[1:]], 1.0)
+        xfer = platform.link_latency[src, dst] + sent / platform.link_bw[src, dst] + codec
     xfer = jnp.where(cross, xfer, 0.0)
     trg = cross & trig[..., None]
     link = src * d_max + dst
@@ -254,9 +297,21 @@ def _exact_metrics(graph, platform, block_placement, batch, sched) -> Metrics:
     charged = jnp.where(trg, xfer, 0.0)
     link_busy = jnp.sum(jnp.where(on_link, charged[:, :, None], 0.0), axis=(0, 1))
     moved = jnp.sum(jnp.where(on_link & trg[:, :, None], sent[:, :, None], 0.0), axis=(0, 1))
+    extra = {}
+    if op_fmt is not None or op_code is not None:
+        crossed = None
+        if op_code is not None:  # [N, D, 1]: producer p's output was sent to device d
+            to = jnp.where(trg, dst, d_max)  # [N, P, 1], d_max: not sent
+            crossed = (
+                jnp.zeros((n, d_max + 1, 1), bool)
+                .at[jnp.broadcast_to(pred[..., None], to.shape), to, 0]
+                .set(True)[:, :d_max]
+            )
+        extra = _quality(graph, platform, op_fmt, op_code, dev, crossed)
+        extra["params"] = _format_bytes(graph, op_fmt)
     m = _metrics(
         graph, platform, bt, dev, dur, unplaceable, finish[:, None], charged.sum(axis=1),
-        link_busy.reshape(d_max, d_max, 1), moved.reshape(d_max, d_max, 1),
+        link_busy.reshape(d_max, d_max, 1), moved.reshape(d_max, d_max, 1), **extra,
     )  # fmt: skip
     return jax.tree.map(lambda x: x[..., 0], m)
 
@@ -269,7 +324,7 @@ def _zero_metrics(m_max: int, d_max: int) -> Metrics:
         link_busy=jnp.zeros((d_max, d_max), z.dtype), moved=jnp.zeros((d_max, d_max), z.dtype),
         block_time=jnp.zeros((m_max,), z.dtype), layer_time_std=z, transfer_share=z,
         mem_used=jnp.zeros((d_max,), z.dtype), feasible=jnp.zeros((), bool),
-        unplaceable=jnp.zeros((), jnp.int32),
+        unplaceable=jnp.zeros((), jnp.int32), quality_loss=z,
     )  # fmt: skip
 
 
@@ -277,11 +332,11 @@ _TERMINAL_CHUNK = 64  # finished plans reduced together under vmap
 
 
 @jax.custom_batching.custom_vmap
-def _terminal_metrics(done, graph, platform, block_placement, batch, sched):
+def _terminal_metrics(done, graph, platform, block_placement, batch, sched, fmt=None, code=None):
     """Metrics of the finished plan where `done`, zeros elsewhere (one environment)."""
     return jax.lax.cond(
         done,
-        lambda: _exact_metrics(graph, platform, block_placement, batch, sched),
+        lambda: _exact_metrics(graph, platform, block_placement, batch, sched, fmt, code),
         lambda: _zero_metrics(graph.m_max, platform.d_max),
     )
 
@@ -320,7 +375,7 @@ def _terminal_metrics_vmap(axis_size, in_batched, done, *args):
 # --- the environment ---------------------------------------------------------------------------
 
 
-_SIZES = ("n_max", "m_max", "d_max", "num_batches", "p_max", "l_max")
+_SIZES = ("n_max", "m_max", "d_max", "num_batches", "p_max", "l_max", "formats", "codes")
 
 
 @dataclass(eq=True, unsafe_hash=True)
@@ -331,8 +386,10 @@ class PlacementEnv(Environment):
     `l_max` ops per block, `num_batches` batch choices. The defaults fit every built-in model
     at block granularity (tinyllama-1.1b: 421 ops, 46 blocks, 12 ops in a block; bert-large /
     gpt2-medium: 50 blocks) and every preset (host3: 3 devices).
-    Actions: `num_actions = max(num_batches, d_max)`; at the batch step action k picks
-    `batches[k]`, at block steps action d picks device d.
+    Actions: `num_actions = max(num_batches, d_max * formats * codes)`; at the batch step
+    action k picks `batches[k]`, at block steps action a = d + d_max * (q + formats * k)
+    picks device d, numeric format q and transfer code k (cost model 2.0; with the defaults
+    formats = codes = 1, action d picks device d, as in version 1).
     `flat_obs`: observations are one float vector f32[F + A] (`Observation.features`, then the
     action mask as 0/1) in a `Box` instead of the `Observation` struct, for MLP code written
     for gymnax (PureJaxRL, rejax); `info["action_mask"]` carries the mask either way.
@@ -348,6 +405,8 @@ class PlacementEnv(Environment):
     p_max: int = 2
     l_max: int = 12
     flat_obs: bool = False
+    formats: int = 1  # cost model 2.0: formats 0..formats-1 per block (1: FP16 only)
+    codes: int = 1  # transfer codes 0..codes-1 per block (1: uncompressed only)
 
     deterministic_obs = True  # get_obs ignores its key (base.Environment.step)
 
@@ -358,6 +417,9 @@ class PlacementEnv(Environment):
                 raise PlanError(f"PlacementEnv.{f} = {v!r}: must be an integer >= 1")
         if not isinstance(self.flat_obs, bool | np.bool_):
             raise PlanError(f"PlacementEnv.flat_obs = {self.flat_obs!r}: must be True or False")
+        for f, most in (("formats", NUM_FORMATS), ("codes", NUM_CODES)):
+            if getattr(self, f) > most:
+                raise PlanError(f"PlacementEnv.{f} = {getattr(self, f)!r}: at most {most}")
 
     def __setattr__(self, name, value):
         if name in self.__dict__ and name in {f.name for f in fields(self)}:
@@ -394,14 +456,25 @@ class PlacementEnv(Environment):
         return cls(**sizes)
 
     @property
+    def num_choices(self) -> int:
+        """Decisions per block: d_max * formats * codes (action d + D * (q + F * k))."""
+        return self.d_max * self.formats * self.codes
+
+    @property
     def num_actions(self) -> int:
-        """Size of the discrete action space: max(num_batches, d_max)."""
-        return max(self.num_batches, self.d_max)
+        """Size of the discrete action space: max(num_batches, d_max * formats * codes)."""
+        return max(self.num_batches, self.num_choices)
+
+    def decode(self, action):
+        """Block-step action -> (device, format, code) (int32 each; clipped into range)."""
+        a = jnp.clip(jnp.asarray(action, jnp.int32), 0, self.num_choices - 1)
+        d, f = self.d_max, self.formats
+        return a % d, (a // d) % f, a // (d * f)
 
     @property
     def feature_layout(self) -> dict[str, slice]:
         """Name -> slice of each group of `Observation.features`."""
-        return _layout(feature_sizes(self.num_batches, self.d_max))
+        return _layout(feature_sizes(self.num_batches, self.d_max, self.formats, self.codes))
 
     @property
     def block_feature_layout(self) -> dict[str, slice]:
@@ -411,7 +484,8 @@ class PlacementEnv(Environment):
     @property
     def num_features(self) -> int:
         """F, the length of `Observation.features`."""
-        return sum(n for _, n in feature_sizes(self.num_batches, self.d_max))
+        sizes = feature_sizes(self.num_batches, self.d_max, self.formats, self.codes)
+        return sum(n for _, n in sizes)
 
     @property
     def num_flat_features(self) -> int:
@@ -508,6 +582,8 @@ class PlacementEnv(Environment):
         shaping: float = 0.0,
         discount: float = 1.0,
         b_ref: float = 1.0,
+        delta: float = 0.0,
+        quality_budget: float = float("inf"),
     ) -> EnvParams:
         """`EnvParams` for one graph on one platform.
 
@@ -518,7 +594,9 @@ class PlacementEnv(Environment):
         (`pad_graph` / `pad_platform` the batch first) and are not validated.
         `weights` = (alpha, beta, gamma); `batches`: up to `num_batches` choices (>= 1);
         `penalty`: terminal reward of a masked action or an infeasible plan; `shaping`,
-        `discount`: the optional potential-based shaping (docs/environment.md).
+        `discount`: the optional potential-based shaping (docs/environment.md). Cost model 2.0:
+        `delta` (score per accuracy point, >= 0) and `quality_budget` (points, >= 0; +inf: none)
+        enter the terminal score like `hj.score`'s; the masks keep every plan within the budget.
         """
         if _is_traced(graph):
             _check_shapes("graph", graph, (self.n_max, self.m_max, self.p_max), _graph_dims)
@@ -540,12 +618,16 @@ class PlacementEnv(Environment):
                 )
         batches, batch_real = self._batch_choices(batches)
         weights = _check_weights(weights)
-        scalars = {"penalty": penalty, "shaping": shaping, "discount": discount, "b_ref": b_ref}
+        scalars = {"penalty": penalty, "shaping": shaping, "discount": discount, "b_ref": b_ref,
+                   "delta": delta, "quality_budget": quality_budget}  # fmt: skip
         for name, v in scalars.items():
             if not _is_traced(v):
                 v = float(np.asarray(v))
                 bad = not math.isfinite(v) or (name == "b_ref" and v < 1)
                 bad |= name == "discount" and not 0.0 <= v <= 1.0
+                if name == "quality_budget":
+                    bad = math.isnan(v) or v < 0
+                bad |= name == "delta" and v < 0
                 if bad:
                     raise PlanError(f"make_params: {name} = {v!r} is out of range")
         if not _is_traced((graph, platform, b_ref)):
@@ -580,8 +662,9 @@ class PlacementEnv(Environment):
 
     @functools.partial(jax.jit, static_argnums=0)
     def _build_params(
-        self, graph, platform, weights, batches, batch_real, penalty, shaping, discount, b_ref
-    ) -> EnvParams:
+        self, graph, platform, weights, batches, batch_real, penalty, shaping, discount, b_ref,
+        delta, quality_budget,
+    ) -> EnvParams:  # fmt: skip
         """The pure part of `make_params` (inputs already padded)."""
         g, p = graph, platform
         k, d, m, n = self.num_batches, self.d_max, self.m_max, self.n_max
@@ -649,6 +732,38 @@ class PlacementEnv(Environment):
         )
         reference = evaluate(g, p, reference_plan(g, b_ref))
 
+        # cost model 2.0: every block on every device in every format at every batch
+        nf = self.formats
+        if nf > 1:
+            place = jnp.broadcast_to(
+                jnp.tile(jnp.arange(d, dtype=jnp.int32), k * nf), (n, k * nf * d)
+            )
+            fmt = jnp.broadcast_to(jnp.repeat(jnp.arange(nf, dtype=jnp.int32), d), (k, nf * d))
+            fmt = jnp.broadcast_to(fmt.reshape(-1), (n, k * nf * d))
+            _, dur_f, bad_f = _device_terms(g, p, place, jnp.repeat(batches, nf * d), fmt)
+            ft = jax.ops.segment_sum(dur_f, g.block, num_segments=m)  # [M, K*F*D]
+            fmt_time = ft.reshape(m, k, nf, d).transpose(1, 0, 3, 2)  # [K, M, D, F]
+            fmt_time = jnp.where(g.block_mask[None, :, None, None], fmt_time, 0.0)
+            bad = jax.ops.segment_max(bad_f[:, : nf * d].astype(jnp.int32), g.block, m)
+            fmt_legal = bad.reshape(m, nf, d).transpose(0, 2, 1) <= 0
+            fmt_legal &= dmask[None, :, None] & g.block_mask[:, None, None]  # [M, D, F]
+            weighted = (g.op_class == graphs_core.MATMUL) | (g.op_class == graphs_core.EMBED)
+            w_scale = jnp.asarray(W_BITS[:nf] / 16, jnp.float32)
+            a_scale = jnp.asarray(A_BITS[:nf] / 16, jnp.float32)
+            par = jnp.where(
+                weighted[:, None], g.param_bytes[:, None] * w_scale, g.param_bytes[:, None]
+            )
+            act = jnp.where((g.op_class == graphs_core.MATMUL)[:, None],
+                            g.act_bytes[:, None] * a_scale, g.act_bytes[:, None])  # fmt: skip
+            fmt_params = jax.ops.segment_sum(jnp.where(real_op[:, None], par, 0.0), g.block, m)
+            fmt_act = jax.ops.segment_max(jnp.where(real_op[:, None], act, 0.0), g.block, m)
+            fmt_act = jnp.where(g.block_mask[:, None], jnp.maximum(fmt_act, 0.0), 0.0)
+        else:
+            fmt_time, fmt_legal = block_time[..., None], legal[..., None]
+            fmt_params, fmt_act = block_params[:, None], block_act[:, None]
+        fmt_loss = g.fmt_loss[:, :nf]
+        code_loss = g.code_loss[:, : self.codes]
+
         # --- static observation parts
         kind = (
             jax.nn.one_hot(g.block_kind, NUM_KINDS, dtype=jnp.float32) * g.block_mask[:, None]
@@ -694,6 +809,8 @@ class PlacementEnv(Environment):
             slot_out=slot_out, suffix0=suffix0, mean_bw=mean_bw,
             block_static=block_static.astype(jnp.float32),
             static_features=static_features.astype(jnp.float32),
+            delta=delta, quality_budget=quality_budget, fmt_time=fmt_time, fmt_legal=fmt_legal,
+            fmt_params=fmt_params, fmt_act=fmt_act, fmt_loss=fmt_loss, code_loss=code_loss,
         )  # fmt: skip
 
     # -- episode --------------------------------------------------------------------------------
@@ -723,24 +840,81 @@ class PlacementEnv(Environment):
             elapsed=z, busy=zd, link_busy=zdd, moved=zdd, mem_params=zd, mem_act=zd,
             dev_free=zd, link_free=zdd, sched=None,
             potential=z, episode_return=z,
+            fmt=jnp.zeros((m,), jnp.int32), code=jnp.zeros((m,), jnp.int32), quality=z,
+            charged=jnp.zeros((m,), bool),
         )  # fmt: skip
 
     def action_mask(self, state: EnvState, params: EnvParams) -> jax.Array:
         """bool[A]: legal actions. Batch step: allowed batch choices. Block step: real devices
         that run every op class of the block and whose memory (weights placed + the block's
-        weights + batch * largest activation) stays within capacity."""
+        weights + batch * largest activation) stays within capacity. Cost model 2.0: formats
+        the device supports for the block's MATMUL / EMBED ops (memory in that format); codes
+        only on devices with a codec; a device that would receive a coded tensor needs a
+        codec too; and the quality used, plus every code loss that a later crossing could
+        still charge, stays within the budget."""
         a, k, d = self.num_actions, self.num_batches, self.d_max
         j = jnp.clip(state.time - 1, 0, self.m_max - 1)
         b = params.batches[state.batch_index]
-        need = (
-            state.mem_params
-            + params.block_params[j]
-            + b * jnp.maximum(state.mem_act, params.block_act[j])
-        )
-        dev_ok = params.legal[j] & (need <= params.platform.mem_capacity)
         by_batch = jnp.concatenate([params.batch_mask, jnp.zeros((a - k,), bool)])
-        by_device = jnp.concatenate([dev_ok, jnp.zeros((a - d,), bool)])
-        return jnp.where(state.time == 0, by_batch, by_device)
+        if self.formats * self.codes == 1:
+            need = (
+                state.mem_params
+                + params.block_params[j]
+                + b * jnp.maximum(state.mem_act, params.block_act[j])
+            )
+            dev_ok = params.legal[j] & (need <= params.platform.mem_capacity)
+            by_device = jnp.concatenate([dev_ok, jnp.zeros((a - d,), bool)])
+            return jnp.where(state.time == 0, by_batch, by_device)
+        p = params.platform
+        need = (
+            state.mem_params[:, None]
+            + params.fmt_params[j][None, :]
+            + b * jnp.maximum(state.mem_act[:, None], params.fmt_act[j][None, :])
+        )  # [D, F]
+        ok = params.fmt_legal[j] & (need <= p.mem_capacity[:, None])
+        _, coded_in = self._incoming(state, params, j)  # [D]
+        has_codec = p.codec_bw > 0
+        ok &= (has_codec | ~coded_in)[:, None]
+        codes_ok = (jnp.arange(self.codes)[None, :] == 0) | has_codec[:, None]  # [D, C]
+        # the budget: the quality used, plus the code losses still pending (placed blocks whose
+        # outputs have not crossed yet) and this block's own code loss counted as if they will
+        # cross. A code whose output never crosses changes nothing, so no plan is lost, and
+        # format 0 / code 0 add nothing: the budget alone never leaves a state without a move
+        placed = jnp.arange(self.m_max) < state.time - 1
+        pending = jnp.sum(
+            jnp.where(placed & ~state.charged, _pick(params.code_loss, state.code), 0.0)
+        )
+        used = state.quality + pending
+        within = (
+            used + params.fmt_loss[j][:, None] + params.code_loss[j][None, :]
+            <= params.quality_budget
+        )  # [F, C] fmt: skip
+        choice = ok[:, :, None] & codes_ok[:, None, :] & within[None]  # [D, F, C]
+        flat = choice.transpose(2, 1, 0).reshape(-1)  # action d + D * (q + F * k)
+        by_choice = jnp.concatenate([flat, jnp.zeros((a - flat.shape[0],), bool)])
+        return jnp.where(state.time == 0, by_batch, by_choice)
+
+    def _incoming(self, state: EnvState, params: EnvParams, j):
+        """For placing block j on each device d: the code losses (points) of the producer
+        blocks whose outputs would newly cross into d, and whether a coded tensor would
+        arrive at d (bool) ([D] each). Producers in blocks placed before j (slot table)."""
+        d = self.d_max
+        slot_i = params.slot_i[j]
+        pblock, ext = slot_i[:, 1], slot_i[:, 2] > 0
+        src = state.placement[pblock]
+        kc = state.code[pblock]
+        devs = jnp.arange(d)
+        cross = ext[:, None] & (src[:, None] != devs[None, :])  # [S, D]
+        loss = _pick(params.code_loss[pblock], kc)  # [S]
+        fresh = cross & ~state.charged[pblock][:, None]
+        # each producer block charged once: the first slot naming it
+        s_max = pblock.shape[0]
+        earlier = jnp.arange(s_max)[None, :] < jnp.arange(s_max)[:, None]
+        same = (pblock[:, None] == pblock[None, :]) & earlier  # [S, S']
+        dup = jnp.any(same[:, :, None] & fresh[None, :, :], axis=1)  # [S, D]
+        in_loss = jnp.sum(jnp.where(fresh & ~dup, loss[:, None], 0.0), axis=0)
+        coded_in = jnp.any(cross & (kc > 0)[:, None], axis=0)
+        return in_loss, coded_in
 
     def step_env(self, key: jax.Array, state: EnvState, action, params: EnvParams):
         """Apply one decision; see the class and docs/environment.md for rewards and info."""
@@ -754,17 +928,22 @@ class PlacementEnv(Environment):
 
         k_new = jnp.where(batch_step, jnp.clip(action, 0, k - 1), state.batch_index)
         b = params.batches[k_new]
-        dev = jnp.clip(action, 0, d - 1)
-        sim = self._place_block(state, params, j, dev, b)
+        dev, q, kc = self.decode(action)
+        sim = self._place_block(state, params, j, dev, b, q, kc)
+        here = jnp.arange(m) == j
         placed = state.replace(
             time=state.time + 1,
-            placement=jnp.where(jnp.arange(m) == j, dev, state.placement),
+            placement=jnp.where(here, dev, state.placement),
             prev_device=dev,
             mem_params=state.mem_params
-            + jnp.where(jnp.arange(d) == dev, params.block_params[j], 0.0),
+            + jnp.where(jnp.arange(d) == dev, _pick(params.fmt_params[j], q), 0.0),
             mem_act=jnp.where(
-                jnp.arange(d) == dev, jnp.maximum(state.mem_act, params.block_act[j]), state.mem_act
+                jnp.arange(d) == dev,
+                jnp.maximum(state.mem_act, _pick(params.fmt_act[j], q)),
+                state.mem_act,
             ),
+            fmt=jnp.where(here, q, state.fmt),
+            code=jnp.where(here, kc, state.code),
             **sim,
         )
         chosen = state.replace(time=jnp.ones((), jnp.int32), batch_index=k_new)
@@ -779,10 +958,12 @@ class PlacementEnv(Environment):
 
         complete = ~batch_step & valid & (j == params.num_blocks - 1)
         terminated = complete | ~valid
+        fc = (new.fmt, new.code) if self.formats * self.codes > 1 else (None, None)
         metrics = _terminal_metrics(
-            complete, params.graph, params.platform, new.placement, b, new.sched,
+            complete, params.graph, params.platform, new.placement, b, new.sched, *fc
         )  # fmt: skip
-        plan_score = score(metrics, params.reference, params.weights)
+        plan_score = score(metrics, params.reference, params.weights, delta=params.delta,
+                           quality_budget=params.quality_budget)  # fmt: skip
         ok = complete & metrics.feasible
         final = jnp.where(ok, plan_score, params.penalty)
         phi = jnp.where(terminated, 0.0, params.shaping * self._estimate(new, params)[3])
@@ -796,6 +977,8 @@ class PlacementEnv(Environment):
             "score": jnp.where(complete, plan_score, 0.0),
             "batch": b,
             "block_placement": new.placement,
+            "block_fmt": new.fmt,
+            "block_code": new.code,
             "episode_return": new.episode_return,
             "episode_length": new.time,
             "discount": 1.0 - terminated.astype(jnp.float32),
@@ -812,7 +995,7 @@ class PlacementEnv(Environment):
         info = {**info, "action_mask": self.action_mask(state, params)}
         return obs, state, reward, terminated, truncated, info
 
-    def _place_block(self, state: EnvState, params: EnvParams, j, a, b) -> dict:
+    def _place_block(self, state: EnvState, params: EnvParams, j, a, b, q=None, kc=None) -> dict:
         """Simulate the ops of block j on device a at batch b: the SPEC list schedule with the
         same floating-point operations as `hetjax.cost`, so finish times are bit-identical.
 
@@ -836,7 +1019,9 @@ class PlacementEnv(Environment):
             op_class=lane_i[:, 0], flops=lane_f[:, 0], act_bytes=lane_f[:, 1],
             param_bytes=lane_f[:, 2], op_mask=real,
         )  # fmt: skip
-        _, dur, _ = _device_terms(mini, p, jnp.full((l_max, 1), a, jnp.int32), b[None])
+        on_a_col = jnp.full((l_max, 1), a, jnp.int32)
+        fmt = None if self.formats == 1 else jnp.full((l_max, 1), q, jnp.int32)
+        _, dur, _ = _device_terms(mini, p, on_a_col, b[None], fmt)
         dur = dur[:, 0]
 
         # predecessor slots, flattened in (op, slot) order: s = i * P + k
@@ -847,7 +1032,18 @@ class PlacementEnv(Environment):
         f_ext = rows[:, 0]
         known = _pick(rows[:, 1 : 1 + d], a)  # arrival on a from earlier steps (-1: not sent)
         sent = b * slot_out
-        x = _pick(p.link_latency[:, a], src) + sent / _pick(p.link_bw[:, a], src)
+        coded = self.codes > 1
+        if coded:  # cost model 2.0, as `hetjax.cost`: the producer block's code
+            pcode = state.code[pblock]
+            cbw = p.codec_bw
+            inv_codec = jnp.where(cbw > 0, 1.0 / jnp.where(cbw > 0, cbw, 1.0), 0.0)
+            inv = _pick(inv_codec, src) + _pick(inv_codec, a)
+            passes = _by_index(pcode, [0.0] + [1.0 + float(t / 16) for t in T_BITS[1:]], 0.0)
+            codec = sent * passes * inv
+            sent = sent * _by_index(pcode, [1.0] + [float(t / 16) for t in T_BITS[1:]], 1.0)
+            x = _pick(p.link_latency[:, a], src) + sent / _pick(p.link_bw[:, a], src) + codec
+        else:
+            x = _pick(p.link_latency[:, a], src) + sent / _pick(p.link_bw[:, a], src)
         # first use of each producer on a in this step (evaluate: consumer, then slot order)
         earlier = jnp.arange(s_max)[None, :] < jnp.arange(s_max)[:, None]
         same = (pidx[:, None] == pidx[None, :]) & cross[None, :] & earlier  # [S, S']
@@ -889,7 +1085,18 @@ class PlacementEnv(Environment):
         src_hot = (devs[None, :] == src[:, None]) & trig.reshape(-1)[:, None]  # [S, D]
         t_in = jnp.sum(jnp.where(src_hot, x[:, None], 0.0), axis=0)
         b_in = jnp.sum(jnp.where(src_hot, sent[:, None], 0.0), axis=0)
+        extra = {}
+        if self.formats * self.codes > 1:  # quality: the block's format, newly crossing codes
+            in_loss, _ = self._incoming(state, params, j)
+            crossing = ext & (src != a)
+            hit = jnp.zeros((self.m_max,), bool).at[jnp.where(crossing, pblock, self.m_max)].set(
+                True, mode="drop")  # fmt: skip
+            extra = dict(
+                quality=state.quality + _pick(in_loss, a) + _pick(params.fmt_loss[j], q),
+                charged=state.charged | hit,
+            )
         return dict(
+            **extra,
             sched=sched,
             dev_free=jnp.where(on_a, free, state.dev_free),
             link_free=jnp.where(on_a[None, :], lf[:, None], state.link_free),
@@ -997,7 +1204,21 @@ class PlacementEnv(Environment):
             speedup[None] * on,
             estimate * on,
         ]
-        features = jnp.concatenate([x.astype(f) for x in dynamic] + [params.static_features])
+        extra = []
+        if self.formats * self.codes > 1:  # cost model 2.0 (after the static part)
+            tf = params.fmt_time[kb, j]  # [D, F] s
+            ok = params.fmt_legal[j]
+            left = jnp.minimum(params.quality_budget - state.quality, 10.0)
+            extra = [
+                jnp.stack([state.quality, left]),
+                (jnp.where(ok, jnp.log2(_safe(tf) / t0), 0.0) * on).reshape(-1),
+                params.fmt_loss[j] * on,
+                params.code_loss[j] * on,
+                (p.codec_bw > 0).astype(f),
+            ]
+        features = jnp.concatenate(
+            [x.astype(f) for x in dynamic] + [params.static_features] + [x.astype(f) for x in extra]
+        )
         placed = (jnp.arange(m) < state.time - 1) & params.graph.block_mask
         current = (jnp.arange(m) == j) & ~batch_step & params.graph.block_mask
         blocks = jnp.concatenate(
