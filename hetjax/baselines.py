@@ -184,42 +184,61 @@ def _chunk(rows: int) -> int:
 
 
 @jax.jit
-def _scores_rows(graph, platform, block_placement, batch, weights):
+def _scores_rows(graph, platform, block_placement, batch, weights, fc=None, quality=None):
     """Scores f32[R] of R block placements int32[R, M] at batches f32[R] (weights f32[3],
     traced); the last row is replaced by the reference plan, whose metrics normalise every
-    score."""
+    score. Cost model 2.0: fc = (fmt, code) int32[R, M] each and quality = (delta,
+    quality_budget) f32[] each, or None (version 1.1)."""
     ref = reference_plan(graph)
-    plans = Plan.from_blocks(graph, block_placement, batch)
-    plans = Plan(
+    fmt, code = (None, None) if fc is None else (fc[0].at[-1].set(0), fc[1].at[-1].set(0))
+    plans = Plan.from_blocks(graph, block_placement, batch, fmt=fmt, code=code)
+    plans = plans.replace(
         placement=plans.placement.at[-1].set(ref.placement),
         batch=plans.batch.at[-1].set(ref.batch),
     )
     m = evaluate(graph, platform, plans, chunk=_chunk(block_placement.shape[0]))
-    return score(m, jax.tree.map(lambda x: x[-1], m), weights)
+    ref_m = jax.tree.map(lambda x: x[-1], m)
+    if quality is None:
+        return score(m, ref_m, weights)
+    return score(m, ref_m, weights, delta=quality[0], quality_budget=quality[1])
 
 
 @functools.partial(jax.jit, static_argnames=("rows",))
-def _pad_rows(block_placement, batch, rows):
-    """Candidates int32[C, M], f32[C] -> padded to `rows` (padding: all on device 0, batch 1)."""
+def _pad_rows(block_placement, batch, rows, fc=None):
+    """Candidates int32[C, M], f32[C] (and fmt, code int32[C, M]) -> padded to `rows`
+    (padding: all on device 0, batch 1, FP16, no codes)."""
     bp = block_placement.astype(jnp.int32)
     c, m = bp.shape
     batch = jnp.broadcast_to(batch.astype(jnp.float32), (c,))
-    bp = jnp.concatenate([bp, jnp.zeros((rows - c, m), jnp.int32)])
-    return bp, jnp.concatenate([batch, jnp.ones((rows - c,), jnp.float32)])
+    pad = lambda x: jnp.concatenate([x.astype(jnp.int32), jnp.zeros((rows - c, m), jnp.int32)])  # noqa: E731
+    fc = None if fc is None else tuple(pad(x) for x in fc)
+    return pad(bp), jnp.concatenate([batch, jnp.ones((rows - c,), jnp.float32)]), fc
 
 
 @functools.partial(jax.jit, static_argnames=("c",))
-def _pick(graph, block_placement, batch, scores, c):
+def _pick(graph, block_placement, batch, scores, c, fc=None):
     """The best of the first c rows -> (op-level Plan, score)."""
     i = jnp.argmax(scores[:c])
-    return Plan.from_blocks(graph, block_placement[i], batch[i]), scores[i]
+    fmt, code = (None, None) if fc is None else (fc[0][i], fc[1][i])
+    return Plan.from_blocks(graph, block_placement[i], batch[i], fmt=fmt, code=code), scores[i]
 
 
-def _padded_scores(graph, platform, block_placement, batch, weights):
+def _padded_scores(graph, platform, block_placement, batch, weights, fc=None, quality=None):
     bp = jnp.asarray(block_placement)
     c = bp.shape[0]
-    bp, batch = _pad_rows(bp, jnp.asarray(batch), _rows(c))
-    return bp, batch, _scores_rows(graph, platform, bp, batch, _weight_array(weights))
+    bp, batch, fc = _pad_rows(bp, jnp.asarray(batch), _rows(c), fc)
+    s = _scores_rows(graph, platform, bp, batch, _weight_array(weights), fc, quality)
+    return bp, batch, fc, s
+
+
+def _quality_args(fmt, code, delta, quality_budget):
+    """(fc, quality) for the scoring pieces: None, None when no format or code is given."""
+    if fmt is None and code is None:
+        return None, None
+    fmt = jnp.zeros_like(code) if fmt is None else fmt
+    code = jnp.zeros_like(fmt) if code is None else code
+    q = (jnp.asarray(delta, jnp.float32), jnp.asarray(quality_budget, jnp.float32))
+    return (jnp.asarray(fmt), jnp.asarray(code)), q
 
 
 def _weight_array(weights) -> jax.Array:
@@ -228,32 +247,56 @@ def _weight_array(weights) -> jax.Array:
 
 
 def candidate_scores(
-    graph: LayerGraph, platform: Platform, block_placement, batch, weights=DEFAULT_WEIGHTS
+    graph: LayerGraph,
+    platform: Platform,
+    block_placement,
+    batch,
+    weights=DEFAULT_WEIGHTS,
+    *,
+    fmt=None,
+    code=None,
+    delta=0.0,
+    quality_budget=float("inf"),
 ) -> jax.Array:
     """SPEC scores f32[C] of C block placements int32[C, M] at batches f32[C] (unitless).
 
     -inf marks an infeasible candidate. The reference plan (all on device 0, b_ref = 1) is
     simulated in the same batched call, and C is padded to a multiple of 32 rows, so that every
     strategy with up to 31 candidates shares one compiled simulation. Pure and jittable
-    (`weights` may be traced: one compilation serves every weight setting).
+    (`weights` may be traced: one compilation serves every weight setting). Cost model 2.0:
+    block formats / codes `fmt`, `code` int32[C, M] and the score's `delta` (per point) and
+    `quality_budget` (points).
     """
     check_weights(weights, "candidate_scores")
     c = jnp.shape(block_placement)[0]
-    return _padded_scores(graph, platform, block_placement, batch, weights)[2][:c]
+    fc, q = _quality_args(fmt, code, delta, quality_budget)
+    return _padded_scores(graph, platform, block_placement, batch, weights, fc, q)[3][:c]
 
 
 def select_best(
-    graph: LayerGraph, platform: Platform, block_placement, batch, weights=DEFAULT_WEIGHTS
+    graph: LayerGraph,
+    platform: Platform,
+    block_placement,
+    batch,
+    weights=DEFAULT_WEIGHTS,
+    *,
+    fmt=None,
+    code=None,
+    delta=0.0,
+    quality_budget=float("inf"),
 ) -> tuple[Plan, jax.Array]:
-    """Best of C candidates by SPEC score: block placements int32[C, M], batches f32[C].
+    """Best of C candidates by SPEC score: block placements int32[C, M], batches f32[C] (and,
+    cost model 2.0, formats / codes int32[C, M], `delta`, `quality_budget` as in
+    `candidate_scores`).
 
     Returns (op-level `Plan` of the winner, its score f32[]; -inf if no candidate is feasible,
     and then the first candidate). Pure and jittable (`weights` may be traced).
     """
     check_weights(weights, "select_best")
     c = jnp.shape(block_placement)[0]
-    bp, batch, s = _padded_scores(graph, platform, block_placement, batch, weights)
-    return _pick(graph, bp, batch, s, c)
+    fc, q = _quality_args(fmt, code, delta, quality_budget)
+    bp, batch, fc, s = _padded_scores(graph, platform, block_placement, batch, weights, fc, q)
+    return _pick(graph, bp, batch, s, c, fc)
 
 
 def _check(name: str, batches, weights) -> tuple[tuple[float, ...], jax.Array]:
@@ -281,6 +324,65 @@ def _check(name: str, batches, weights) -> tuple[tuple[float, ...], jax.Array]:
     if not all(math.isfinite(x) for x in w):
         raise PlanError(f"{name}: weights = {weights!r}: must be finite")
     return b, _weight_array(w)
+
+
+class _Quality(NamedTuple):
+    """Cost model 2.0 arguments of a strategy, checked (formats / codes: static tuples)."""
+
+    formats: tuple[int, ...]
+    codes: tuple[int, ...]
+    delta: jax.Array  # f32[] score per point
+    budget: jax.Array  # f32[] points
+
+
+def _check_formats(name: str, formats, codes, delta, quality_budget) -> _Quality | None:
+    """Host-side checks of the cost-model-2.0 arguments; None when only FP16 and no codes are
+    asked for (the version-1.1 strategy, unchanged)."""
+    from hetjax._validation import check_quality
+    from hetjax.formats import NUM_CODES, NUM_FORMATS
+
+    out = []
+    for what, values, n in (("formats", formats, NUM_FORMATS), ("codes", codes, NUM_CODES)):
+        try:
+            v = tuple(sorted(dict.fromkeys(int(x) for x in values)))
+        except (TypeError, ValueError):
+            v = ()
+        if not v or v[0] != 0 or v[-1] >= n:
+            raise PlanError(f"{name}: {what} = {values!r}: expected indices in 0..{n - 1} with 0")
+        out.append(v)
+    check_quality(delta, quality_budget, name)
+    if out == [(0,), (0,)]:
+        return None
+    return _Quality(*out, jnp.asarray(delta, jnp.float32), jnp.asarray(quality_budget, jnp.float32))
+
+
+@functools.partial(jax.jit, static_argnames=("formats", "codes"))
+def _formats_of(graph, platform, block_placement, batch, budget, formats, codes):
+    """`choose_formats` of every candidate: (fmt, code) int32[C, M] each."""
+    from hetjax.format_choice import choose_formats
+
+    def one(bp, b):
+        return choose_formats(graph, platform, bp, b, formats=formats, codes=codes,
+                              quality_budget=budget)  # fmt: skip
+
+    return jax.vmap(one)(block_placement, jnp.broadcast_to(batch, block_placement.shape[:1]))
+
+
+def _best(name, graph, platform, bp, batch, w, fq: _Quality | None) -> Plan:
+    """The best candidate; with formats / codes, each candidate gets the budgeted greedy's."""
+    if fq is None:
+        return select_best(graph, platform, bp, batch, w)[0]
+    fmt, code = _formats_of(graph, platform, bp, batch, fq.budget, fq.formats, fq.codes)
+    return select_best(graph, platform, bp, batch, w, fmt=fmt, code=code, delta=fq.delta,
+                       quality_budget=fq.budget)[0]  # fmt: skip
+
+
+_FORMAT_DOC = (
+    " Cost model 2.0: `formats` / `codes` (static tuples of indices, each with 0; default FP16"
+    " and no codes) give every candidate the formats and codes of"
+    " `hetjax.format_choice.choose_formats` (the budgeted greedy), scored with `delta` (per"
+    " point) and `quality_budget` (points)."
+)
 
 
 # --- per-batch rules ---------------------------------------------------------------------------
@@ -438,15 +540,20 @@ def _per_batch(rule, key, graph, platform, batches):
 
 
 def _make(rule: BlockRule, name: str, doc: str) -> Strategy:
-    def strategy(key, graph, platform, batches=DEFAULT_BATCHES, *, weights=DEFAULT_WEIGHTS):
+    def strategy(
+        key, graph, platform, batches=DEFAULT_BATCHES, *, weights=DEFAULT_WEIGHTS,
+        formats=(0,), codes=(0,), delta=0.0, quality_budget=float("inf"),
+    ):  # fmt: skip
         check_graph_and_platform(name, graph, platform)
         b, w = _check(name, batches, weights)
-        return select_best(graph, platform, *_per_batch(rule, key, graph, platform, b), w)[0]
+        fq = _check_formats(name, formats, codes, delta, quality_budget)
+        return _best(name, graph, platform, *_per_batch(rule, key, graph, platform, b), w, fq)
 
     strategy.__name__ = strategy.__qualname__ = name
     strategy.__doc__ = doc + (
-        "\n\n    (key, graph, platform, batches=DEFAULT_BATCHES, *, weights) -> Plan: the rule is "
-        "applied at every batch in `batches` (static) and the best SPEC score wins."
+        "\n\n    (key, graph, platform, batches=DEFAULT_BATCHES, *, weights, formats, codes, "
+        "delta, quality_budget) -> Plan: the rule is applied at every batch in `batches` "
+        "(static) and the best SPEC score wins." + _FORMAT_DOC
     )
     return strategy
 
@@ -512,12 +619,17 @@ def _all_on_each(graph, platform, batches):
 
 
 def all_on_best_device(
-    key, graph: LayerGraph, platform: Platform, batches=DEFAULT_BATCHES, *, weights=DEFAULT_WEIGHTS
-) -> Plan:
+    key, graph: LayerGraph, platform: Platform, batches=DEFAULT_BATCHES, *,
+    weights=DEFAULT_WEIGHTS, formats=(0,), codes=(0,), delta=0.0, quality_budget=float("inf"),
+) -> Plan:  # fmt: skip
     """`all_on(d)` for every device d and every batch; the best SPEC score wins -> `Plan`."""
     check_graph_and_platform("all_on_best_device", graph, platform)
     b, w = _check("all_on_best_device", batches, weights)
-    return select_best(graph, platform, *_all_on_each(graph, platform, b), w)[0]
+    fq = _check_formats("all_on_best_device", formats, codes, delta, quality_budget)
+    return _best("all_on_best_device", graph, platform, *_all_on_each(graph, platform, b), w, fq)
+
+
+all_on_best_device.__doc__ += _FORMAT_DOC
 
 
 # --- searches ----------------------------------------------------------------------------------
@@ -539,6 +651,38 @@ def _random_placements(key, graph, platform, k, batches):
     return jnp.repeat(bp, len(batches), axis=0), bvals
 
 
+def _choice_legal(graph, platform, formats, codes) -> jax.Array:
+    """bool[M, D * F * C]: block j may take (device d, formats[f], codes[c]) at index
+    d + D * (f + F * c): the device runs the block in that format, and a code needs a codec
+    on the device (the receiving end is checked when the plan is scored)."""
+    from hetjax.format_choice import block_format_times
+
+    _, legal = block_format_times(graph, platform, 1.0, formats)  # [M, D, F]
+    has = (platform.codec_bw > 0)[:, None] | (jnp.asarray(codes)[None, :] == 0)  # [D, C]
+    ok = legal[:, :, :, None] & has[None, :, None, :]  # [M, D, F, C]
+    return ok.transpose(0, 3, 2, 1).reshape(graph.m_max, -1)
+
+
+def _split(choice, d, formats, codes):
+    """Choice indices d + D * (f + F * c) -> (device, format, code) int32 arrays."""
+    nf = len(formats)
+    f = jnp.asarray(formats, jnp.int32)[(choice // d) % nf]
+    c = jnp.asarray(codes, jnp.int32)[choice // (d * nf)]
+    return (choice % d).astype(jnp.int32), f, c
+
+
+@functools.partial(jax.jit, static_argnames=("k", "batches", "formats", "codes"))
+def _random_choices(key, graph, platform, k, batches, formats, codes):
+    """K random (device, format, code) per block, uniform over the legal ones (row 0: all on
+    device 0 in FP16), times every batch."""
+    legal = _choice_legal(graph, platform, formats, codes).astype(jnp.float32)
+    ch = jax.random.categorical(key, _masked_logits(legal), shape=(k, graph.m_max))
+    ch = ch.at[0].set(0)
+    bp, f, c = _split(ch, platform.d_max, formats, codes)
+    rep = lambda x: jnp.repeat(x, len(batches), axis=0)  # noqa: E731
+    return rep(bp), jnp.tile(jnp.asarray(batches, jnp.float32), k), rep(f), rep(c)
+
+
 def random_search(
     key,
     graph: LayerGraph,
@@ -547,19 +691,31 @@ def random_search(
     *,
     weights=DEFAULT_WEIGHTS,
     k: int = 256,
+    formats=(0,),
+    codes=(0,),
+    delta=0.0,
+    quality_budget=float("inf"),
 ) -> Plan:
     """K (static) random block placements, each block uniform over its legal devices, times
     every batch; candidate 0 is all-on-device-0 (so never worse than `all_gpu`). Best SPEC
-    score -> `Plan`. K * len(batches) simulations."""
+    score -> `Plan`. K * len(batches) simulations. Cost model 2.0: with `formats` / `codes`
+    each block draws (device, format, code) uniformly over the legal triples, scored with
+    `delta` (per point) and `quality_budget` (points)."""
     check_graph_and_platform("random_search", graph, platform)
     b, w = _check("random_search", batches, weights)
     if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
         raise PlanError(f"random_search: k = {k!r}: must be an int >= 1")
-    return select_best(graph, platform, *_random_placements(key, graph, platform, int(k), b), w)[0]
+    fq = _check_formats("random_search", formats, codes, delta, quality_budget)
+    if fq is None:
+        cands = _random_placements(key, graph, platform, int(k), b)
+        return select_best(graph, platform, *cands, w)[0]
+    bp, bt, f, c = _random_choices(key, graph, platform, int(k), b, fq.formats, fq.codes)
+    return select_best(graph, platform, bp, bt, w, fmt=f, code=c, delta=fq.delta,
+                       quality_budget=fq.budget)[0]  # fmt: skip
 
 
 class _CemState(NamedTuple):
-    place: jax.Array  # f32[M, D]    probability of each device per block
+    place: jax.Array  # f32[M, D]    probability of each device (or choice) per block
     batch: jax.Array  # f32[B]       probability of each candidate batch
     best_score: jax.Array  # f32[]   best SPEC score found
     best_bp: jax.Array  # int32[M]   its block placement
@@ -568,20 +724,35 @@ class _CemState(NamedTuple):
 
 @functools.partial(
     jax.jit,
-    static_argnames=("batches", "population", "iterations", "elite_frac", "smoothing"),
-)
-def _cem(key, graph, platform, batches, weights, population, iterations, elite_frac, smoothing):
-    legal = block_legal(graph, platform).astype(jnp.float32)  # [M, D]
+    static_argnames=("batches", "population", "iterations", "elite_frac", "smoothing", "formats",
+                     "codes"),
+)  # fmt: skip
+def _cem(
+    key, graph, platform, batches, weights, population, iterations, elite_frac, smoothing,
+    formats=(0,), codes=(0,), quality=None,
+):  # fmt: skip
+    v1 = formats == (0,) and codes == (0,)
+    if v1:
+        legal = block_legal(graph, platform).astype(jnp.float32)  # [M, D]
+    else:  # cost model 2.0: a categorical per block over (device, format, code)
+        legal = _choice_legal(graph, platform, formats, codes).astype(jnp.float32)
     bvals = jnp.asarray(batches, jnp.float32)
-    n_b, m, d = len(batches), graph.m_max, platform.d_max
+    n_b, m, d = len(batches), graph.m_max, legal.shape[1]
     n_elite = max(1, round(elite_frac * population))
     rows = jnp.arange(population)
     seed_rows = rows < n_b  # first iteration: all_gpu at every batch
     width, lo = max(d, n_b), jnp.finfo(jnp.float32).min
 
+    def scores(ch, bi):
+        if v1:
+            return candidate_scores(graph, platform, ch, bvals[bi], weights)
+        bp, f, c = _split(ch, platform.d_max, formats, codes)
+        return candidate_scores(graph, platform, bp, bvals[bi], weights, fmt=f, code=c,
+                                delta=quality[0], quality_budget=quality[1])  # fmt: skip
+
     def step(s: _CemState, xs):
         it, k = xs
-        # Both categoricals (M blocks over D devices, one over B batches) by the Gumbel-max
+        # Both categoricals (M blocks over D choices, one over B batches) by the Gumbel-max
         # trick from one draw: rows of logits padded to a common width with finfo.min.
         logits = jnp.concatenate(
             [
@@ -594,7 +765,7 @@ def _cem(key, graph, platform, batches, weights, population, iterations, elite_f
         seed = (it == 0) & seed_rows
         bp = jnp.where(seed[:, None], 0, bp).astype(jnp.int32)
         bi = jnp.where(seed, rows % n_b, bi).astype(jnp.int32)
-        sc = candidate_scores(graph, platform, bp, bvals[bi], weights)  # [population]
+        sc = scores(bp, bi)  # [population]
 
         top, idx = jax.lax.top_k(sc, n_elite)
         w = jnp.isfinite(top).astype(jnp.float32)  # only feasible elites update the model
@@ -630,7 +801,10 @@ def _cem(key, graph, platform, batches, weights, population, iterations, elite_f
     )
     keys = jax.random.split(key, iterations)
     s, _ = jax.lax.scan(step, init, (jnp.arange(iterations), keys))
-    return Plan.from_blocks(graph, s.best_bp, bvals[s.best_bi])
+    if v1:
+        return Plan.from_blocks(graph, s.best_bp, bvals[s.best_bi])
+    bp, f, c = _split(s.best_bp, platform.d_max, formats, codes)
+    return Plan.from_blocks(graph, bp, bvals[s.best_bi], fmt=f, code=c)
 
 
 def cem(
@@ -644,12 +818,18 @@ def cem(
     iterations: int = 8,
     elite_frac: float = 0.1,
     smoothing: float = 0.7,
+    formats=(0,),
+    codes=(0,),
+    delta=0.0,
+    quality_budget=float("inf"),
 ) -> Plan:
     """Cross-entropy method over (block placement, batch): an independent categorical per block
     (legal devices only) and one over `batches`, `iterations` rounds of `population` samples
     (all static); the feasible elite fraction refits them with smoothing. The first round
     includes all-on-device-0 at every batch (never worse than `all_gpu`). The best SPEC score
-    seen -> `Plan`. population * iterations simulations (defaults: 1536, as `random_search`)."""
+    seen -> `Plan`. population * iterations simulations (defaults: 1536, as `random_search`).
+    Cost model 2.0: with `formats` / `codes` each block's categorical is over its legal
+    (device, format, code) triples, scored with `delta` (per point) and `quality_budget`."""
     check_graph_and_platform("cem", graph, platform)
     b, w = _check("cem", batches, weights)
     if population < len(b):
@@ -659,9 +839,12 @@ def cem(
             f"cem: iterations = {iterations}, elite_frac = {elite_frac}, smoothing = {smoothing}:"
             " need iterations >= 1 and 0 < elite_frac, smoothing <= 1"
         )
+    fq = _check_formats("cem", formats, codes, delta, quality_budget)
+    extra = {} if fq is None else dict(formats=fq.formats, codes=fq.codes,
+                                       quality=(fq.delta, fq.budget))  # fmt: skip
     return _cem(
         key, graph, platform, b, w, int(population), int(iterations), float(elite_frac),
-        float(smoothing),
+        float(smoothing), **extra,
     )  # fmt: skip
 
 
@@ -698,8 +881,9 @@ def default_sizes(name: str) -> dict:
     """The static size arguments of strategy `name` and their defaults, e.g. cem's
     {"population": 192, "iterations": 8, ...}; {} for the rules."""
     params = inspect.signature(get(name)).parameters.values()
+    quality = ("weights", "formats", "codes", "delta", "quality_budget")  # not sizes
     return {p.name: p.default for p in params
-            if p.kind is p.KEYWORD_ONLY and p.name != "weights"}  # fmt: skip
+            if p.kind is p.KEYWORD_ONLY and p.name not in quality}  # fmt: skip
 
 
 def get(name: str) -> Strategy:

@@ -5,7 +5,6 @@ unsupported formats, codecs and the quality budget, and terminal metrics equal t
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -54,8 +53,8 @@ def test_random_episodes_match_evaluate_and_respect_the_budget(budget):
                                        fmt=info["block_fmt"], code=info["block_code"])  # fmt: skip
             want = hj.evaluate(params.graph, params.platform, plan)
             for f in ("latency", "throughput", "energy", "quality_loss", "layer_time_std"):
-                np.testing.assert_allclose(np.asarray(getattr(m, f)),
-                                           np.asarray(getattr(want, f)), rtol=1e-6, err_msg=f)  # fmt: skip
+                got, exp = np.asarray(getattr(m, f)), np.asarray(getattr(want, f))
+                np.testing.assert_allclose(got, exp, rtol=1e-6, err_msg=f)
             assert bool(m.feasible) == bool(want.feasible) and bool(m.feasible)
             assert float(m.quality_loss) <= budget + 1e-6
             s = hj.score(want, params.reference, delta=0.2, quality_budget=budget)
