@@ -180,16 +180,47 @@ class FormatProblem:
             on = legal & (sdev == k)[None]
             worst[k] = np.where(on, blk_params, 0.0).max(1).sum()
             worst[k] += b * np.where(on, blk_act, 0.0).max()
+        legal = _undominated(legal, dur, e_dur, qual, blk_params, blk_act, xfer, e_xfer, q_xfer,
+                             sdev)  # fmt: skip
         return StateTables(
-            batch=b, dev=sdev, fmt=sfmt, code=scode, legal=legal, dur=dur, xfer=xfer,
-            e_dur=e_dur, e_xfer=e_xfer, qual=qual, q_xfer=q_xfer, params=blk_params,
-            act=blk_act, capacity=cap, binding=worst > cap,
+            batch=b, dev=sdev, fmt=sfmt, code=scode, legal=legal,
+            dur=np.where(legal, dur, np.inf), xfer=xfer,
+            e_dur=np.where(legal, e_dur, np.inf), e_xfer=e_xfer, qual=qual, q_xfer=q_xfer,
+            params=blk_params, act=blk_act, capacity=cap, binding=worst > cap,
         )  # fmt: skip
 
     def score_of(self, batch, latency, bottleneck, energy, quality) -> np.ndarray:
         """SPEC 2.0 score (float64); -inf over the quality budget."""
         s = self.chain.score_of(batch, latency, bottleneck, energy) - self.delta * quality
         return np.where(np.asarray(quality) <= self.quality_budget, s, -np.inf)
+
+
+def _undominated(legal, dur, e_dur, qual, params, act, xfer, e_xfer, q_xfer, sdev):
+    """`legal` without the states a block never needs: state s of block j goes when another
+    legal state s' on the same device is at least as good in everything s affects (the
+    block's duration, energy, quality loss, weights and activation memory, and the transfer,
+    its energy and code loss out of block j into every next state; the transfer into block j
+    depends only on the device) and strictly better in one, or equal with a lower index.
+    Any plan through s does at least as well through s', so the optima are unchanged."""
+    m, n = legal.shape
+    same = sdev[:, None] == sdev[None, :]  # [S (s), S (s')]
+    out = legal.copy()
+    for j in range(m):
+        cols = [dur[j], e_dur[j], qual[j], params[j], act[j]]
+        le = same & legal[j][None, :]
+        lt = np.zeros((n, n), bool)
+        for c in cols:  # s' <= s in every column; < in some
+            le &= c[None, :] <= c[:, None]
+            lt |= c[None, :] < c[:, None]
+        if j + 1 < m:
+            for tab in (xfer[j + 1], e_xfer[j + 1], q_xfer[j + 1]):  # rows: from state
+                le &= np.all(tab[None, :, :] <= tab[:, None, :], axis=2)
+                lt |= np.any(tab[None, :, :] < tab[:, None, :], axis=2)
+        idx = np.arange(n)
+        dominated = le & (lt | (idx[None, :] < idx[:, None]))
+        np.fill_diagonal(dominated, False)
+        out[j] &= ~dominated.any(axis=1)
+    return out
 
 
 def shortest(cost: np.ndarray, step: np.ndarray) -> tuple[np.ndarray, float]:
@@ -300,6 +331,75 @@ def state_bounds(tab: StateTables) -> StateBounds:
     )  # fmt: skip
 
 
+@dataclass(frozen=True)
+class StateChord:
+    """`_search.Chord` over states: score <= k - max_g(a T + c lam_g . busy + g E + delta Q)
+    for plans that can beat the incumbent (the chords of 1/T and 1/B); h[g, j, s] is the least
+    completion of the linear form from block j in state s (a reverse DP per lam_g)."""
+
+    k: float
+    a: float
+    c: float
+    g: float
+    delta: float
+    lam: np.ndarray  # f64[G, D]
+    h: np.ndarray  # f64[G, M, S]
+
+    def bound(self, j: int, last, t, busy, e, q) -> np.ndarray:
+        cur = self.a * t[:, None] + self.c * (busy @ self.lam.T) + self.g * e[:, None]
+        cur = cur + self.delta * q[:, None]
+        return self.k - np.max(cur + self.h[:, j, :].T[last], axis=1)
+
+
+def state_chord(fp: FormatProblem, tab: StateTables, bnd: StateBounds, incumbent: float):
+    """The `StateChord` at this batch against `incumbent`, or None where it cannot help."""
+    pr = fp.chain
+    alpha, beta, gamma = pr.weights
+    if not np.isfinite(incumbent):
+        return None
+    a_t = alpha * pr.t_ref
+    a_b = beta * tab.batch / (pr.x_ref if pr.x_ref > 0 else 1.0)
+    g = gamma / (pr.e_ref if pr.e_ref > 0 else 1.0)
+    first = np.flatnonzero(tab.legal[0])
+    if first.size == 0:
+        return None
+    t_lo = float(np.min(tab.dur[0, first] + bnd.t[0, first]))
+    e_lo = float(np.min(tab.e_dur[0, first] + bnd.e[0, first]))
+    q_lo = float(np.min(tab.qual[0, first] + bnd.q[0, first]))
+    res = np.zeros((first.size, tab.d + tab.d * (tab.d - 1)))
+    res[np.arange(first.size), tab.dev[first]] = tab.dur[0, first]
+    b_lo = float(np.min(bnd.bottleneck(0, res)))
+    if not (t_lo > 0 and b_lo > 0 and np.isfinite(t_lo)):
+        return None
+    extra = g * e_lo + fp.delta * q_lo
+    need_t = incumbent - a_b / b_lo + extra  # a_t / T must reach this
+    need_b = incumbent - a_t / t_lo + extra  # a_b / B must reach this
+    t_hi = a_t / need_t if need_t > 0 else np.inf
+    b_hi = a_b / need_b if need_b > 0 else np.inf
+
+    def line(w, lo, hi):  # w / x <= k - s * x on [lo, hi]
+        if not np.isfinite(hi) or hi <= lo:
+            return w / lo, 0.0
+        return w * (lo + hi) / (lo * hi), w / (lo * hi)
+
+    k_t, a = line(a_t, t_lo, t_hi)
+    k_b, c = line(a_b, b_lo, b_hi)
+    lam = bnd.lam
+    legal = tab.legal
+    dur = np.where(legal, tab.dur, 0.0)
+    w = lam[:, tab.dev]  # [G, S]
+    cost = (a + c * w[:, None, :]) * dur[None] + g * np.where(legal, tab.e_dur, 0.0)[None]
+    cost = cost + fp.delta * np.where(legal, tab.qual, 0.0)[None]
+    cost = np.where(legal[None], cost, np.inf)  # [G, M, S]
+    step = a * tab.xfer + g * tab.e_xfer + fp.delta * tab.q_xfer  # [M, S, S]
+    step = np.where(np.isfinite(step), step, np.inf)
+    h = np.zeros(cost.shape)
+    for j in range(tab.m - 2, -1, -1):
+        nxt = cost[:, j + 1, :] + h[:, j + 1, :]  # [G, S]
+        h[:, j, :] = np.min(step[j + 1][None] + nxt[:, None, :], axis=2)
+    return StateChord(k=k_t + k_b, a=a, c=c, g=g, delta=fp.delta, lam=lam, h=h)
+
+
 @dataclass
 class _Level:
     last: np.ndarray  # int[L] state of block j
@@ -345,6 +445,7 @@ def label_search(
     bind = np.flatnonzero(tab.binding)
     cap = tab.capacity[bind]
     budget = fp.quality_budget
+    lin = state_chord(fp, tab, bnd, incumbent) if mode == "score" else None
 
     last = np.zeros(0, np.int64)
     res = np.zeros((1, n_res))
@@ -396,6 +497,8 @@ def label_search(
             b_lb = bnd.bottleneck(j, res)
             if mode == "score":
                 ub = fp.chain.score_bound(b, t_lb, b_lb, e_lb) - fp.delta * q_lb
+                if lin is not None:
+                    ub = np.minimum(ub, lin.bound(j, last, t, res[:, :d], e, q))
                 keep &= ub >= incumbent
             else:
                 x_ub = np.where(b_lb > 0, b / np.where(b_lb > 0, b_lb, 1.0), np.inf)
