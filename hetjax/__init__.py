@@ -1,6 +1,6 @@
 """hetjax: place Transformer layers on heterogeneous accelerators, in pure JAX."""
 
-from hetjax import cost, graphs, hardware, parallel
+from hetjax import cost, formats, graphs, hardware, parallel
 from hetjax.compilation_cache import enable_compilation_cache
 from hetjax.cost import DEFAULT_WEIGHTS, Metrics, Plan, evaluate, reference_plan, score
 from hetjax.errors import (
@@ -37,6 +37,7 @@ def __getattr__(name):
 
 __all__ = [
     "cost",
+    "formats",
     "graphs",
     "hardware",
     "parallel",

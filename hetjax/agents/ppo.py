@@ -49,6 +49,7 @@ __all__ = [
     "policy_apply",
     "best_of_k_rollout",
     "demo_pairs",
+    "quality_args",
 ]
 
 
@@ -137,6 +138,13 @@ class PPOConfig:
     heads: int = 4  # attention encoder only
     layers: int = 2  # attention encoder only
     seed: int = 0
+    # cost model 2.0: each block also picks one of the first `formats` numeric formats and
+    # `codes` transfer codes (1 and 1: version 1); the score subtracts `delta` per accuracy
+    # point, and plans over `quality_budget` points are masked (None: no budget)
+    formats: int = 1
+    codes: int = 1
+    delta: float = 0.0
+    quality_budget: float | None = None
 
     def __post_init__(self):
         _check_config(self)
@@ -182,10 +190,10 @@ _INTS = {  # field: smallest value
     "seq_len": 1, "num_envs": 1, "num_updates": 0, "update_epochs": 1, "num_minibatches": 1,
     "imitation_steps": 0, "imitation_platforms": 1, "imitation_batch": 1, "dagger_rounds": 0,
     "dagger_platforms": 1, "dagger_steps": 1, "width": 1, "heads": 1, "layers": 1,
-    "head_width": 1, "group_size": 1,
+    "head_width": 1, "group_size": 1, "formats": 1, "codes": 1,
 }  # fmt: skip
 _POSITIVE = ("clip_eps", "max_grad_norm", "lr", "imitation_lr")
-_NON_NEGATIVE = ("vf_coef", "ent_coef", "imitation_vf_coef", "bc_coef", "shaping")
+_NON_NEGATIVE = ("vf_coef", "ent_coef", "imitation_vf_coef", "bc_coef", "shaping", "delta")
 _UNIT = ("gamma", "gae_lambda")  # in [0, 1]
 
 
@@ -240,6 +248,13 @@ def _check_config(c: PPOConfig) -> None:
         bad("epsilon", "must be in [0, 1)")
     if c.batch_epsilon is not None and not 0.0 <= number("batch_epsilon") < 1.0:
         bad("batch_epsilon", "must be None or in [0, 1)")
+    if c.formats > hj.formats.NUM_FORMATS:
+        bad("formats", f"must be at most {hj.formats.NUM_FORMATS}")
+    if c.codes > hj.formats.NUM_CODES:
+        bad("codes", f"must be at most {hj.formats.NUM_CODES}")
+    if c.quality_budget is not None and not (np.isfinite(number("quality_budget"))
+                                             and number("quality_budget") >= 0):  # fmt: skip
+        bad("quality_budget", "must be None (no budget) or finite and >= 0 (points)")
     if not 1.0 <= number("spread") <= hj.hardware.MAX_SPREAD:
         bad("spread", f"must be a factor in [1, {hj.hardware.MAX_SPREAD:g}]")
     try:
@@ -265,7 +280,8 @@ def _is_numbers(x) -> bool:
 LEGACY_DEFAULTS = {"bc_coef": 0.0, "imitation_ties": "as_solved", "models": (), "dagger_rounds": 0,
                    "d_max": 0, "shaping": 0.0, "ent_coef_end": None,
                    "load_features": False, "batch_epsilon": None,
-                   "platforms": ()}  # fmt: skip
+                   "platforms": (), "formats": 1, "codes": 1, "delta": 0.0,
+                   "quality_budget": None}  # fmt: skip
 
 
 class Transition(NamedTuple):
@@ -408,9 +424,16 @@ def make_setup(config: PPOConfig) -> Setup:
                 f"platform={name!r} has {b.d_max} devices > d_max={config.d_max}, "
                 "the device slots of the policy's observation"
             )
+    if config.formats * config.codes > 1 and config.imitation_teacher != "none":
+        raise hj.PlanError(
+            f"formats={config.formats}, codes={config.codes}: training with formats or codes "
+            f"learns from scratch: needs imitation_teacher='none' (got "
+            f"{config.imitation_teacher!r}; the teachers place FP16 plans)"
+        )
     env = PlacementEnv.sized_for(
-        graphs, bases, num_batches=len(config.batches), d_max=device_slots(config)
-    )
+        graphs, bases, num_batches=len(config.batches), d_max=device_slots(config),
+        formats=config.formats, codes=config.codes,
+    )  # fmt: skip
     graphs = [env.pad_graph(g) for g in graphs]
     graph = graphs[0]
     bases = [env.pad_platform(b) for b in bases]
@@ -467,9 +490,18 @@ def sample_models(setup: Setup, key, n: int):
     return jax.random.randint(jax.random.fold_in(key, 1), (n,), 0, len(setup.model_names))
 
 
+def quality_args(config: PPOConfig) -> dict:
+    """The environment's cost-model-2.0 arguments of a config (empty for version 1)."""
+    if config.formats * config.codes == 1 and not config.delta and config.quality_budget is None:
+        return {}
+    budget = float("inf") if config.quality_budget is None else config.quality_budget
+    return {"delta": config.delta, "quality_budget": budget}
+
+
 def _env_params(setup: Setup, platforms, models=None):
     c = setup.config
     shaping = {"shaping": c.shaping, "discount": c.gamma} if c.shaping else {}
+    shaping.update(quality_args(c))
     if models is None or not setup.mixed:
         return jax.vmap(
             lambda p: setup.env.make_params(
@@ -868,7 +900,8 @@ def init_runner(setup: Setup, key) -> RunnerState:
     """Network parameters and optimiser state from `key`."""
     k_net, k_obs, key = jax.random.split(key, 3)
     params = setup.env.make_params(setup.graph, setup.base, weights=setup.config.weights,
-                                   batches=setup.config.batches)  # fmt: skip
+                                   batches=setup.config.batches,
+                                   **quality_args(setup.config))  # fmt: skip
     obs, _ = setup.env.reset(k_obs, params)
     net_params = setup.network.init(k_net, obs)
     return RunnerState(net_params, setup.optimizer.init(net_params), key, jnp.zeros((), jnp.int32))

@@ -39,13 +39,29 @@ def _decode(setup: ppo.Setup, best_of: int):
     return jax.jit(lambda p, k, pl: ppo.greedy_rollout(setup, p, k, pl))
 
 
+def _score_kw(c: ppo.PPOConfig) -> dict:
+    """`hj.score`'s cost-model-2.0 arguments of a config (empty for version 1)."""
+    return ppo.quality_args(c)
+
+
+def _search_kw(c: ppo.PPOConfig) -> dict:
+    """The exact solvers' and baselines' cost-model-2.0 arguments of a config."""
+    if c.formats * c.codes == 1:
+        return _score_kw(c)
+    return {"formats": tuple(range(c.formats)), "codes": tuple(range(c.codes)), **_score_kw(c)}
+
+
 def episode_plan(setup: ppo.Setup, actions) -> hj.Plan:
-    """The op-level plan of one episode's actions int32[T] (batch index, then the device of each
-    block), on `config.model`. Jittable and vmappable."""
+    """The op-level plan of one episode's actions int32[T] (batch index, then each block's
+    device, or with formats / codes its (device, format, code) action), on `config.model`.
+    Jittable and vmappable."""
     g, m = setup.graph, setup.episode_len - 1
-    blocks = jnp.zeros(g.m_max, jnp.int32).at[:m].set(jnp.asarray(actions)[1:])
+    acts = jnp.zeros(g.m_max, jnp.int32).at[:m].set(jnp.asarray(actions)[1:])
     batch = jnp.asarray(setup.config.batches, jnp.float32)[actions[0]]
-    return hj.Plan.from_blocks(g, blocks, batch)
+    if setup.env.formats * setup.env.codes == 1:
+        return hj.Plan.from_blocks(g, acts, batch)
+    dev, fmt, code = setup.env.decode(acts)
+    return hj.Plan.from_blocks(g, dev, batch, fmt=fmt, code=code)
 
 
 def policy_plan(setup: ppo.Setup, params, platform, key=None, best_of: int = 0) -> hj.Plan:
@@ -75,12 +91,13 @@ def preset_report(setup: ppo.Setup, params, best_of: int = 0) -> tuple[dict, hj.
     g, p = setup.graph, setup.base
     plan = policy_plan(setup, params, p, best_of=best_of)
     greedy = plan if best_of == 0 else policy_plan(setup, params, p)
-    opt_plan, opt = hj.exact.optimal_score(g, p, batches=c.batches, weights=c.weights)
+    opt_plan, opt = hj.exact.optimal_score(g, p, batches=c.batches, weights=c.weights,
+                                           **_search_kw(c))  # fmt: skip
     ref = hj.evaluate(g, p, hj.reference_plan(g))
     m = hj.evaluate(g, p, plan)
     base = hj.evaluate(g, p, hj.Plan(jnp.zeros_like(plan.placement), plan.batch))
-    s = float(hj.score(m, ref, c.weights))
-    s_greedy = float(hj.score(hj.evaluate(g, p, greedy), ref, c.weights))
+    s = float(hj.score(m, ref, c.weights, **_score_kw(c)))
+    s_greedy = float(hj.score(hj.evaluate(g, p, greedy), ref, c.weights, **_score_kw(c)))
     rep = {
         "decode": decode_name(best_of),
         "simulations": best_of + 1,
@@ -89,6 +106,7 @@ def preset_report(setup: ppo.Setup, params, best_of: int = 0) -> tuple[dict, hj.
         "latency_s": float(m.latency),
         "throughput": float(m.throughput),
         "energy_j": float(m.energy),
+        "quality_loss": float(m.quality_loss),
         "score": s,
         "optimal_score": float(opt),
         "gap_pct": float(gap_pct(s, float(opt))),
@@ -142,10 +160,11 @@ def held_out_report(setup: ppo.Setup, params, key, n: int, best_of: int = 0,
     refs = jax.vmap(lambda p: hj.evaluate(g, p, hj.reference_plan(g)))(platforms)
 
     def strategy_scores(strategy, **sizes):
-        run = jax.vmap(lambda p: strategy(key, g, p, c.batches, weights=c.weights, **sizes))
+        run = jax.vmap(lambda p: strategy(key, g, p, c.batches, weights=c.weights, **sizes,
+                                          **_search_kw(c)))  # fmt: skip
         plans = jax.jit(run)(platforms)
         metrics = jax.vmap(hj.evaluate, in_axes=(None, 0, 0))(g, platforms, plans)
-        return jax.vmap(hj.score, in_axes=(0, 0, None))(metrics, refs, c.weights)
+        return jax.vmap(lambda m, r: hj.score(m, r, c.weights, **_score_kw(c)))(metrics, refs)
 
     out["baselines"] = {}
     n_batches, n_devices = len(c.batches), setup.base.d_max

@@ -10,6 +10,7 @@ from hetjax import baselines, exact
 from hetjax.agents.ppo import (
     Setup,
     Teacher,
+    quality_args,
     sample_models,
     sample_platforms,
     teacher_from_plans,
@@ -49,8 +50,12 @@ def exact_scores(
 ) -> tuple[np.ndarray, object]:
     """Exact optimal scores f64[K] and plans (Plan [K, N]) on each platform (host search in
     `workers` processes; see `hj.exact.optimal_scores`), of `config.model` or of each
-    platform's model (`models` int32[K], indices into `setup.model_names`)."""
+    platform's model (`models` int32[K], indices into `setup.model_names`). With formats or
+    codes (cost model 2.0), `hj.exact.optimal_score` over (device, format, code) per block on
+    each platform, one after another in this process (plans carry fmt / code)."""
     c = setup.config
+    if c.formats * c.codes > 1:
+        return _exact_scores_formats(setup, platforms, models)
     if models is None or not setup.mixed:
         plans, scores = exact.optimal_scores(setup.graph, platforms, c.batches, c.weights,
                                              workers=workers)  # fmt: skip
@@ -65,6 +70,26 @@ def exact_scores(
         plans, s = exact.optimal_scores(graph, subset, c.batches, c.weights, workers=workers)
         scores[rows], placement[rows], batch[rows] = s, plans.placement, plans.batch
     return scores, Plan(jnp.asarray(placement), jnp.asarray(batch))
+
+
+def _exact_scores_formats(setup: Setup, platforms, models=None):
+    c = setup.config
+    k = jax.tree.leaves(platforms)[0].shape[0]
+    models = np.zeros(k, int) if models is None else np.asarray(models)
+    q = quality_args(c)
+    scores = np.zeros(k)
+    plans = []
+    for i in range(k):
+        graph = jax.tree.map(lambda x, g=int(models[i]): x[g], setup.graphs)
+        p = jax.tree.map(lambda x, i=i: x[i], platforms)
+        plan, scores[i] = exact.optimal_score(
+            graph, p, c.batches, c.weights, formats=range(c.formats), codes=range(c.codes), **q
+        )
+        if plan.fmt is None:  # every optimum FP16 and uncoded: explicit zeros
+            plan = plan.replace(fmt=jnp.zeros_like(plan.placement),
+                                code=jnp.zeros_like(plan.placement))  # fmt: skip
+        plans.append(plan)
+    return scores, jax.tree.map(lambda *xs: jnp.stack(xs), *plans)
 
 
 def make_teacher(setup: Setup, key, n: int | None = None, kind: str | None = None) -> Teacher:

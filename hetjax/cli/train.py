@@ -76,6 +76,22 @@ def train_cmd(
         str | None, typer.Option(help="gae | greedy_baseline | group_mean")
     ] = None,
     encoder: Annotated[str | None, typer.Option(help="deepsets | attention | episode")] = None,
+    formats: Annotated[
+        bool,
+        typer.Option("--formats", help="each block also picks FP16 / INT8 / INT4 (cost model 2.0)"),
+    ] = False,
+    compression: Annotated[
+        bool,
+        typer.Option("--compression",
+                     help="each block also picks a transfer code: none / 8-bit / 4-bit"),
+    ] = False,
+    quality_budget: Annotated[
+        float | None,
+        typer.Option(help="accuracy points the plan may lose (with --formats / --compression)"),
+    ] = None,
+    delta: Annotated[
+        float | None, typer.Option(help="score lost per accuracy point (default 0)")
+    ] = None,
     held_out: Annotated[int, typer.Option(help="held-out platforms")] = 256,
     chunk: Annotated[
         int | None,
@@ -117,6 +133,19 @@ def train_cmd(
                         ("--seq-len", seq_len, 1)]:  # fmt: skip
         checks.at_least(opt, v, low)
     checks.in_range("--epsilon", epsilon, 0.0, 1.0, high_open=True)
+    checks.at_least("--quality-budget", quality_budget, 0.0)
+    checks.at_least("--delta", delta, 0.0)
+    if (quality_budget is not None or delta is not None) and not (formats or compression):
+        opt = "--quality-budget" if quality_budget is not None else "--delta"
+        raise checks.OptionError(
+            f"{opt} {quality_budget if quality_budget is not None else delta}: "
+            "needs --formats or --compression (FP16 plans lose no quality)"
+        )
+    if (formats or compression) and teacher != "none":
+        raise checks.OptionError(
+            f"--teacher {teacher}: with --formats / --compression the agent learns from "
+            "scratch: use --teacher none"
+        )
     checks.in_range("--batch-epsilon", batch_epsilon, 0.0, 1.0, high_open=True)
     checks.one_of("--teacher", teacher, TEACHERS + tuple(hj.baselines.STRATEGIES))
     checks.one_of("--imitation-ties", imitation_ties, TIES)
@@ -141,7 +170,9 @@ def train_cmd(
     given = dict(num_envs=num_envs, num_updates=num_updates, imitation_steps=imitation_steps,
                  imitation_platforms=imitation_platforms, imitation_ties=imitation_ties,
                  epsilon=epsilon, batch_epsilon=batch_epsilon, bc_coef=bc_coef,
-                 dagger_rounds=dagger_rounds, advantage=advantage, encoder=encoder)  # fmt: skip
+                 dagger_rounds=dagger_rounds, advantage=advantage, encoder=encoder,
+                 formats=3 if formats else None, codes=3 if compression else None,
+                 delta=delta, quality_budget=quality_budget)  # fmt: skip
     extra = _names(models)
     # --teacher none: the from-scratch settings; options given here still win
     settings = dict(FROM_SCRATCH) if teacher == "none" else {"imitation_teacher": teacher}
@@ -176,7 +207,9 @@ def train_cmd(
     for k, v in [("plan", f"{p['decode']} ({p['simulations']} simulations)"),
                  ("batch", f"{p['batch']:g}"), ("latency", f"{p['latency_s'] * 1e3:.3f} ms"),
                  ("throughput", f"{p['throughput']:.1f} samples/s"),
-                 ("energy", f"{p['energy_j']:.4f} J"), ("score", f"{p['score']:.4f}"),
+                 ("energy", f"{p['energy_j']:.4f} J"),
+                 ("quality loss", f"{p.get('quality_loss', 0.0):.3f} points"),
+                 ("score", f"{p['score']:.4f}"),
                  ("optimal score", f"{p['optimal_score']:.4f}"),
                  ("gap to optimum", f"{p['gap_pct']:.2f} %"),
                  ("greedy plan's gap", f"{p['greedy_gap_pct']:.2f} %"),
@@ -313,8 +346,12 @@ def place_cmd(
     blocks = np.asarray(plan.placement)[first]
     devices = "".join(map(str, blocks))
     sims = f"{best_of + 1} simulation{'s' * (best_of > 0)}"
-    console.print(f"{report.decode_name(best_of)} ({sims}); batch "
-                  f"{float(plan.batch):g}; block devices: {devices}")  # fmt: skip
+    line = f"{report.decode_name(best_of)} ({sims}); batch {float(plan.batch):g}; block devices: "
+    line += devices
+    if plan.fmt is not None:  # cost model 2.0
+        line += "; formats: " + "".join(map(str, np.asarray(plan.fmt)[first]))
+        line += "; codes: " + "".join(map(str, np.asarray(plan.code)[first]))
+    console.print(line)
     where = platform or config.platform
     t = Table(title=f"policy plan: {config.model} on {where}")
     t.add_column("metric")
@@ -324,7 +361,10 @@ def place_cmd(
     )
     for k, v in metrics_rows(m, device_names):
         t.add_row(k, v)
-    t.add_row("score", f"{float(hj.score(m, ref, config.weights)):.4f}")
+    q = ppo.quality_args(config)
+    if q:
+        t.add_row("quality loss", f"{float(m.quality_loss):.3f} points")
+    t.add_row("score", f"{float(hj.score(m, ref, config.weights, **q)):.4f}")
     console.print(t)
 
 
