@@ -288,6 +288,30 @@ class StateBounds:
     delta: np.ndarray  # f64[M, R] s
     lam: np.ndarray  # f64[G, D]
     split: np.ndarray  # f64[M, G] s
+    # Lagrangian bounds under the quality budget B: for a completion whose quality fits,
+    # rest_T >= min(rest_T + mu * rest_Q) - mu * (B - q) for every mu >= 0
+    mu_t: np.ndarray  # f64[U]        s per point
+    t_mu: np.ndarray  # f64[U, M, S]  least remaining latency + mu_t * quality
+    mu_e: np.ndarray  # f64[U]        J per point
+    e_mu: np.ndarray  # f64[U, M, S]  least remaining energy + mu_e * quality
+
+    def latency(self, j: int, last, t, q, budget: float) -> np.ndarray:
+        """Lower bound (s) on the final latency of labels at block j within the budget."""
+        lb = t + self.t[j, last]
+        if np.isfinite(budget) and self.mu_t.size:
+            slack = budget - q
+            lag = t[None] + self.t_mu[:, j, last] - self.mu_t[:, None] * slack[None]
+            lb = np.maximum(lb, lag.max(0))
+        return lb
+
+    def energy(self, j: int, last, e, q, budget: float) -> np.ndarray:
+        """Lower bound (J) on the final energy of labels at block j within the budget."""
+        lb = e + self.e[j, last]
+        if np.isfinite(budget) and self.mu_e.size:
+            slack = budget - q
+            lag = e[None] + self.e_mu[:, j, last] - self.mu_e[:, None] * slack[None]
+            lb = np.maximum(lb, lag.max(0))
+        return lb
 
     def bottleneck(self, j: int, res: np.ndarray) -> np.ndarray:
         d = self.lam.shape[1]
@@ -296,7 +320,19 @@ class StateBounds:
         return np.maximum(np.maximum(res.max(1), _waterfill(busy, self.work[j])), dual)
 
 
-def state_bounds(tab: StateTables) -> StateBounds:
+_MU = (0.003, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0)  # multipliers, in units of the FP16 work per point
+
+
+def _reverse_many(cost: np.ndarray, step: np.ndarray) -> np.ndarray:
+    """`_reverse` for a stack of problems: cost f64[U, M, S], step f64[U, M, S, S]."""
+    u, m, n = cost.shape
+    h = np.zeros((u, m, n))
+    for j in range(m - 2, -1, -1):
+        h[:, j] = np.min(step[:, j + 1] + (cost[:, j + 1] + h[:, j + 1])[:, None, :], axis=2)
+    return h
+
+
+def state_bounds(tab: StateTables, budget: float = np.inf) -> StateBounds:
     m, d = tab.m, tab.d
     legal_to = tab.legal[:, None, :]
     xfer = np.where(legal_to, tab.xfer, np.inf)
@@ -325,9 +361,27 @@ def state_bounds(tab: StateTables) -> StateBounds:
     split = np.zeros_like(per_block)
     split[:-1] = np.cumsum(per_block[::-1], axis=0)[::-1][1:]
     e_dur = np.where(tab.legal, tab.e_dur, np.inf)
+    t_h = _reverse(tab.dur, xfer)
+    e_h = _reverse(e_dur, e_xfer)
+    if np.isfinite(budget):
+        first = tab.legal[0]
+        scale = max(budget, 1e-3)
+        t0 = float(np.min(np.where(first, tab.dur[0] + t_h[0], np.inf)))
+        e0 = float(np.min(np.where(first, tab.e_dur[0] + e_h[0], np.inf)))
+        mu_t = np.asarray(_MU) * (t0 / scale if np.isfinite(t0) else 0.0)
+        mu_e = np.asarray(_MU) * (e0 / scale if np.isfinite(e0) else 0.0)
+        q_fin = np.where(np.isfinite(qual), qual, 0.0)
+        qx_fin = np.where(np.isfinite(q_xfer), q_xfer, 0.0)
+        t_mu = _reverse_many(tab.dur[None] + mu_t[:, None, None] * q_fin[None],
+                             xfer[None] + mu_t[:, None, None, None] * qx_fin[None])  # fmt: skip
+        e_mu = _reverse_many(e_dur[None] + mu_e[:, None, None] * q_fin[None],
+                             e_xfer[None] + mu_e[:, None, None, None] * qx_fin[None])  # fmt: skip
+    else:
+        mu_t = mu_e = np.zeros(0)
+        t_mu = e_mu = np.zeros((0, m, tab.s))
     return StateBounds(
-        t=_reverse(tab.dur, xfer), e=_reverse(e_dur, e_xfer), q=_reverse(qual, q_xfer),
-        work=work, delta=delta, lam=lam, split=split,
+        t=t_h, e=e_h, q=_reverse(qual, q_xfer), work=work, delta=delta, lam=lam, split=split,
+        mu_t=mu_t, t_mu=t_mu, mu_e=mu_e, e_mu=e_mu,
     )  # fmt: skip
 
 
@@ -439,7 +493,7 @@ def label_search(
     and memory where it can bind; labels over the quality budget are dropped."""
     m, d = tab.m, tab.d
     b = tab.batch
-    bnd = state_bounds(tab)
+    bnd = state_bounds(tab, fp.quality_budget)
     col = _links(d)
     n_res = 0 if mode == "latency" else d + d * (d - 1)
     bind = np.flatnonzero(tab.binding)
@@ -486,14 +540,14 @@ def label_search(
         last, parent, res, t, e, q, mem_p, mem_a = (
             np.concatenate(z) for z in zip(*parts, strict=True)
         )
-        t_lb = t + bnd.t[j, last]
+        t_lb = bnd.latency(j, last, t, q, budget)
         q_lb = q + bnd.q[j, last]
         keep = np.isfinite(t_lb) & (q_lb <= budget)
         if mode == "latency":
             keep &= t_lb <= t_bound
             b_lb = np.zeros(t.size)
         else:
-            e_lb = e + bnd.e[j, last]
+            e_lb = bnd.energy(j, last, e, q, budget)
             b_lb = bnd.bottleneck(j, res)
             if mode == "score":
                 ub = fp.chain.score_bound(b, t_lb, b_lb, e_lb) - fp.delta * q_lb
@@ -532,11 +586,42 @@ def label_search(
     return StateResult(levels, t, bott, e, q, counts)
 
 
-def seeds(tab: StateTables) -> np.ndarray:
-    """Heuristic state placements int[K, M]: latency and energy DPs, each state everywhere."""
+def _priced(rows: list, cost, step, q, qx, budget: float) -> None:
+    """Append to `rows` the plans minimising cost + w * quality (DPs over states) at prices w
+    bisected to the budget's edge (every plan found within the budget)."""
+    m = cost.shape[0]
+    at = np.arange(m)
+    scale = float(np.sum(np.min(cost, axis=1))) / max(budget, 1e-3)
+    if not np.isfinite(scale):
+        return
+    lo, hi = -4.0, 3.0  # log10 of the price, in units of `scale`
+    for _ in range(14):
+        mid = 0.5 * (lo + hi)
+        w = scale * 10.0**mid
+        sp = shortest(cost + w * q, step + w * qx)[0]
+        used = q[at, sp].sum() + qx[at[1:], sp[:-1], sp[1:]].sum()
+        if used <= budget and np.isfinite(cost[at, sp]).all():
+            rows.append(sp)
+            hi = mid
+        else:
+            lo = mid
+
+
+def seeds(tab: StateTables, budget: float = np.inf, placements=()) -> np.ndarray:
+    """Heuristic state placements int[K, M]: latency and energy DPs, the same with quality
+    priced in (plans that fit a budget), over all states and over the states on the devices
+    of each given block placement (local devices int[M], e.g. the FP16 optimum), and each
+    state everywhere."""
     m = tab.m
-    rows = [shortest(tab.dur, tab.xfer)[0]]
-    rows.append(shortest(np.where(tab.legal, tab.e_dur, np.inf), tab.e_xfer)[0])
+    e_dur = np.where(tab.legal, tab.e_dur, np.inf)
+    rows = [shortest(tab.dur, tab.xfer)[0], shortest(e_dur, tab.e_xfer)[0]]
+    q = np.where(np.isfinite(tab.qual), tab.qual, 0.0)
+    qx = np.where(np.isfinite(tab.q_xfer), tab.q_xfer, 0.0)
+    budget_ = budget if np.isfinite(budget) else float(q.max(1).sum() + qx.max((1, 2)).sum())
+    for bp in (None, *placements):
+        on = np.ones_like(tab.legal) if bp is None else tab.dev[None, :] == np.asarray(bp)[:, None]
+        for cost, step in ((tab.dur, tab.xfer), (e_dur, tab.e_xfer)):
+            _priced(rows, np.where(on, cost, np.inf), step, q, qx, budget_)
     rows += [np.full(m, s) for s in range(tab.s)]
     out = np.stack(rows)
     return np.where(tab.legal[np.arange(m), out], out, out[:1])  # keep legal where possible
@@ -579,25 +664,27 @@ def root_bound(fp: FormatProblem, tab: StateTables, bnd: StateBounds) -> float:
         return -np.inf
     res = np.zeros((first.size, d + d * (d - 1)))
     res[np.arange(first.size), tab.dev[first]] = tab.dur[0, first]
-    t = tab.dur[0, first] + bnd.t[0, first]
-    e = tab.e_dur[0, first] + bnd.e[0, first]
-    q = tab.qual[0, first] + bnd.q[0, first]
+    q0 = tab.qual[0, first]
+    t = bnd.latency(0, first, tab.dur[0, first], q0, fp.quality_budget)
+    e = bnd.energy(0, first, tab.e_dur[0, first], q0, fp.quality_budget)
+    q = q0 + bnd.q[0, first]
     ub = fp.chain.score_bound(tab.batch, t, bnd.bottleneck(0, res), e) - fp.delta * q
     ub = np.where(np.isfinite(t) & (q <= fp.quality_budget), ub, -np.inf)
     return float(np.max(ub))
 
 
 def _batches_in_bound_order(fp: FormatProblem, tabs):
-    roots = [root_bound(fp, tab, state_bounds(tab)) for tab in tabs]
+    roots = [root_bound(fp, tab, state_bounds(tab, fp.quality_budget)) for tab in tabs]
     return roots, np.argsort(roots)[::-1]
 
 
-def solve_score(fp: FormatProblem, batches, stats: dict | None = None):
-    """The exact score optimum: (state placement int[M], batch, score) or (None, 0, -inf)."""
+def solve_score(fp: FormatProblem, batches, stats: dict | None = None, placements=()):
+    """The exact score optimum: (state placement int[M], batch, score) or (None, 0, -inf).
+    `placements`: block placements (local devices int[M]) to seed the incumbent from."""
     tabs = [fp.tables(b) for b in dict.fromkeys(batches)]
     best, best_b, best_s = None, 0.0, -np.inf
     for tab in tabs:  # incumbent: the best seed, improved by local search
-        sd = seeds(tab)
+        sd = seeds(tab, fp.quality_budget, placements)
         s = scores(fp, tab, sd)
         sp, val = improve(fp, tab, sd[int(np.argmax(s))])
         if val > best_s:
@@ -625,7 +712,7 @@ def solve_latency(fp: FormatProblem, batch: float):
     """The latency-optimal state placement at `batch` within the quality budget (memory
     respected): (state placement int[M] or None, latency s)."""
     tab = fp.tables(batch)
-    sd = seeds(tab)
+    sd = seeds(tab, fp.quality_budget)
     t, _, _, q, ok = chain_eval(tab, sd)
     ok &= q <= fp.quality_budget
     t_bound = float(np.min(np.where(ok, t, np.inf)))
@@ -652,7 +739,7 @@ def solve_pareto(fp: FormatProblem, batches, pareto_mask, stats: dict | None = N
         pool_pts.append(np.stack([t, x, e], axis=1))
 
     for tab in tabs:
-        sd = seeds(tab)
+        sd = seeds(tab, fp.quality_budget)
         t, bott, e, q, ok = chain_eval(tab, sd)
         ok &= q <= fp.quality_budget
         add(tab, sd[ok], t[ok], bott[ok], e[ok])

@@ -221,7 +221,12 @@ def optimal_score(
     fp = _format_problem(problem, formats, codes, delta, quality_budget, "optimal_score")
     if fp is not None:
         info: dict = {}
-        sp, batch, _ = _formats.solve_score(fp, batches, info)
+        # the FP16 optimum's devices seed the incumbent (its formats and codes priced in)
+        seed_stats: dict = {}
+        optimal_score(graph, platform, batches, weights, b_ref=b_ref, stats=seed_stats)
+        local = {int(d): i for i, d in enumerate(problem.devices)}
+        fp16 = [local[int(d)] for d in seed_stats["block_placement"]]
+        sp, batch, _ = _formats.solve_score(fp, batches, info, placements=(fp16,))
         if sp is None:
             raise PlanError(
                 f"batches = {batches}: no block placement fits the devices' memory and the "
