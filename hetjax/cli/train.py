@@ -82,8 +82,9 @@ def train_cmd(
     ] = False,
     compression: Annotated[
         bool,
-        typer.Option("--compression",
-                     help="each block also picks a transfer code: none / 8-bit / 4-bit"),
+        typer.Option(
+            "--compression", help="each block also picks a transfer code: none / 8-bit / 4-bit"
+        ),
     ] = False,
     quality_budget: Annotated[
         float | None,
