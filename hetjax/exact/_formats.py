@@ -320,7 +320,7 @@ class StateBounds:
         return np.maximum(np.maximum(res.max(1), _waterfill(busy, self.work[j])), dual)
 
 
-_MU = (0.003, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0)  # multipliers, in units of the FP16 work per point
+_MU = (0.01, 0.1, 1.0)  # multipliers, in units of the FP16 work per point
 
 
 def _reverse_many(cost: np.ndarray, step: np.ndarray) -> np.ndarray:
@@ -388,8 +388,10 @@ def state_bounds(tab: StateTables, budget: float = np.inf) -> StateBounds:
 @dataclass(frozen=True)
 class StateChord:
     """`_search.Chord` over states: score <= k - max_g(a T + c lam_g . busy + g E + delta Q)
-    for plans that can beat the incumbent (the chords of 1/T and 1/B); h[g, j, s] is the least
-    completion of the linear form from block j in state s (a reverse DP per lam_g)."""
+    for plans that can beat the incumbent (the chords of 1/T and 1/B). Under a quality budget
+    B the linear form L is also bounded by its Lagrangian: L >= L + mu (Q - B) for Q <= B, so
+    h[u, g, j, s] is the least completion of L + mu_u Q from block j in state s (reverse DPs
+    per lam_g and mu_u; mu_0 = 0 is the plain bound)."""
 
     k: float
     a: float
@@ -397,12 +399,18 @@ class StateChord:
     g: float
     delta: float
     lam: np.ndarray  # f64[G, D]
-    h: np.ndarray  # f64[G, M, S]
+    mu: np.ndarray  # f64[U]          score units per point (mu[0] = 0)
+    budget: float  # points
+    h: np.ndarray  # f64[U, G, M, S]
 
     def bound(self, j: int, last, t, busy, e, q) -> np.ndarray:
         cur = self.a * t[:, None] + self.c * (busy @ self.lam.T) + self.g * e[:, None]
-        cur = cur + self.delta * q[:, None]
-        return self.k - np.max(cur + self.h[:, j, :].T[last], axis=1)
+        cur = cur + self.delta * q[:, None]  # [L, G]
+        best = cur + self.h[0, :, j, :].T[last]
+        for u in range(1, self.mu.size):
+            lag = cur + self.mu[u] * (q - self.budget)[:, None] + self.h[u, :, j, :].T[last]
+            best = np.maximum(best, lag)
+        return self.k - np.max(best, axis=1)
 
 
 def state_chord(fp: FormatProblem, tab: StateTables, bnd: StateBounds, incumbent: float):
@@ -417,9 +425,10 @@ def state_chord(fp: FormatProblem, tab: StateTables, bnd: StateBounds, incumbent
     first = np.flatnonzero(tab.legal[0])
     if first.size == 0:
         return None
-    t_lo = float(np.min(tab.dur[0, first] + bnd.t[0, first]))
-    e_lo = float(np.min(tab.e_dur[0, first] + bnd.e[0, first]))
-    q_lo = float(np.min(tab.qual[0, first] + bnd.q[0, first]))
+    q0 = tab.qual[0, first]
+    t_lo = float(np.min(bnd.latency(0, first, tab.dur[0, first], q0, fp.quality_budget)))
+    e_lo = float(np.min(bnd.energy(0, first, tab.e_dur[0, first], q0, fp.quality_budget)))
+    q_lo = float(np.min(q0 + bnd.q[0, first]))
     res = np.zeros((first.size, tab.d + tab.d * (tab.d - 1)))
     res[np.arange(first.size), tab.dev[first]] = tab.dur[0, first]
     b_lo = float(np.min(bnd.bottleneck(0, res)))
@@ -443,15 +452,24 @@ def state_chord(fp: FormatProblem, tab: StateTables, bnd: StateBounds, incumbent
     dur = np.where(legal, tab.dur, 0.0)
     w = lam[:, tab.dev]  # [G, S]
     cost = (a + c * w[:, None, :]) * dur[None] + g * np.where(legal, tab.e_dur, 0.0)[None]
-    cost = cost + fp.delta * np.where(legal, tab.qual, 0.0)[None]
-    cost = np.where(legal[None], cost, np.inf)  # [G, M, S]
-    step = a * tab.xfer + g * tab.e_xfer + fp.delta * tab.q_xfer  # [M, S, S]
+    qual = np.where(legal, tab.qual, 0.0)
+    cost = np.where(legal[None], cost + fp.delta * qual[None], np.inf)  # [G, M, S]
+    qx = np.where(np.isfinite(tab.q_xfer), tab.q_xfer, 0.0)
+    step = a * tab.xfer + g * tab.e_xfer + fp.delta * qx  # [M, S, S]
     step = np.where(np.isfinite(step), step, np.inf)
-    h = np.zeros(cost.shape)
+    budget = fp.quality_budget
+    mu = np.zeros(1)
+    if np.isfinite(budget):
+        plain = a * t_lo + g * e_lo  # about the linear form's size at the root
+        mu = np.concatenate([[0.0], np.asarray(_MU) * plain / max(budget, 1e-3)])
+    costs = cost[None] + mu[:, None, None, None] * qual[None, None]  # [U, G, M, S]
+    steps = step[None] + mu[:, None, None, None] * qx[None]  # [U, M, S, S]
+    h = np.zeros(costs.shape)
     for j in range(tab.m - 2, -1, -1):
-        nxt = cost[:, j + 1, :] + h[:, j + 1, :]  # [G, S]
-        h[:, j, :] = np.min(step[j + 1][None] + nxt[:, None, :], axis=2)
-    return StateChord(k=k_t + k_b, a=a, c=c, g=g, delta=fp.delta, lam=lam, h=h)
+        nxt = costs[:, :, j + 1, :] + h[:, :, j + 1, :]  # [U, G, S]
+        h[:, :, j, :] = np.min(steps[:, None, j + 1] + nxt[:, :, None, :], axis=3)
+    return StateChord(k=k_t + k_b, a=a, c=c, g=g, delta=fp.delta, lam=lam, mu=mu,
+                      budget=float(budget), h=h)  # fmt: skip
 
 
 @dataclass
@@ -551,9 +569,11 @@ def label_search(
             b_lb = bnd.bottleneck(j, res)
             if mode == "score":
                 ub = fp.chain.score_bound(b, t_lb, b_lb, e_lb) - fp.delta * q_lb
-                if lin is not None:
-                    ub = np.minimum(ub, lin.bound(j, last, t, res[:, :d], e, q))
                 keep &= ub >= incumbent
+                if lin is not None:  # the costlier bound, on the labels the others keep
+                    at = np.flatnonzero(keep)
+                    sub = lin.bound(j, last[at], t[at], res[at, :d], e[at], q[at])
+                    keep[at[sub < incumbent]] = False
             else:
                 x_ub = np.where(b_lb > 0, b / np.where(b_lb > 0, b_lb, 1.0), np.inf)
                 keep &= ~_front_dominates(front, t_lb, x_ub, e_lb)
