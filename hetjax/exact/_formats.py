@@ -579,10 +579,12 @@ def label_search(
                 keep &= ~_front_dominates(front, t_lb, x_ub, e_lb)
         idx_all = np.flatnonzero(keep)
         kept = []
-        for st in range(tab.s):
-            idx = idx_all[last[idx_all] == st]
-            if idx.size == 0:
-                continue
+        # Labels compete within a (device, code) group: the future of a label depends on its
+        # last block's device (busy, memory, the next transfer) and code (the next transfer),
+        # not on that block's format, whose costs the label already carries.
+        group = tab.dev[last] * NUM_CODES + tab.code[last]
+        for grp in np.unique(group[idx_all]):
+            idx = idx_all[group[idx_all] == grp]
             cols = [t[idx], q[idx]] if mode == "latency" else [t[idx], e[idx], q[idx]]
             cols += [mem_p[idx, k] for k in range(bind.size)]
             cols += [mem_a[idx, k] for k in range(bind.size)]

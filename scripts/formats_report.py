@@ -1,0 +1,135 @@
+"""Cost model 2.0 on the presets: the exact optimum with numeric formats and compressed
+transfers against the FP16-only optimum, every baseline's gap, and the (latency, energy)
+Pareto front with and without formats.
+
+    PYTHONPATH=. .venv/bin/python scripts/formats_report.py [--models bert-base,gpt2,tinyllama-1.1b]
+        [--presets edge,soc,datacenter,host3] [--budget 1.0] [--out docs/results/formats]
+
+For every (model, preset): `hj.exact.optimal_score` FP16-only and with formats (0, 1, 2) and
+codes (0, 1, 2) within `--budget` accuracy points (default score weights, batches 1..32), the
+metrics of both plans, the seconds each search took, and each baseline's score with formats
+and codes (`hj.baselines`, the budgeted greedy for the rules) as a gap to the optimum with
+formats. Then the Pareto front over (latency, throughput, energy) of `--front-model` on
+`--front-preset` with and without formats, drawn in the (latency, energy) plane.
+Writes OUT/formats.json and OUT/pareto.png (atomically); prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+import hetjax as hj
+from hetjax.io import save_figure, write_json
+
+FULL = dict(formats=(0, 1, 2), codes=(0, 1, 2))
+
+
+def _metrics(m) -> dict:
+    return {
+        "latency_s": float(m.latency),
+        "throughput": float(m.throughput),
+        "energy_j": float(m.energy),
+        "quality_loss": float(m.quality_loss),
+        "feasible": bool(m.feasible),
+    }
+
+
+def one(model: str, preset: str, budget: float) -> dict:
+    g, p = hj.graphs.transformer(model), hj.hardware.preset(preset)
+    ref = hj.evaluate(g, p, hj.reference_plan(g))
+    t0 = time.perf_counter()
+    plan16, s16 = hj.exact.optimal_score(g, p)
+    t16 = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    plan, s = hj.exact.optimal_score(g, p, **FULL, quality_budget=budget)
+    t_fmt = time.perf_counter() - t0
+    m16, m = hj.evaluate(g, p, plan16), hj.evaluate(g, p, plan)
+    fmt = np.asarray(plan.fmt)[np.asarray(g.op_mask)] if plan.fmt is not None else None
+    by_fmt = None if fmt is None else np.bincount(fmt, minlength=3).tolist()
+    row = {
+        "model": model, "preset": preset, "budget": budget,
+        "fp16": {**_metrics(m16), "score": s16, "batch": float(plan16.batch), "search_s": t16},
+        "formats": {**_metrics(m), "score": s, "batch": float(plan.batch), "search_s": t_fmt,
+                    "ops_by_format": by_fmt},
+        "baselines": {},
+    }  # fmt: skip
+    for name, strategy in hj.baselines.STRATEGIES.items():
+        bp = strategy(jax.random.key(0), g, p, **FULL, quality_budget=budget)
+        bs = float(hj.score(hj.evaluate(g, p, bp), ref, quality_budget=budget))
+        row["baselines"][name] = {"score": bs, "gap_pct": float(100 * (s - bs) / abs(s))}
+    return row
+
+
+def front(model: str, preset: str, budget: float, out: Path) -> dict:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    g, p = hj.graphs.transformer(model), hj.hardware.preset(preset)
+    _, m16 = hj.exact.pareto_front(g, p)
+    _, m = hj.exact.pareto_front(g, p, **FULL, quality_budget=budget)
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for mm, label, mark in ((m16, "FP16 only", "o"), (m, f"formats + codes, budget {budget:g} pt",
+                                                        "^")):  # fmt: skip
+        lat, en = np.asarray(mm.latency) * 1e3, np.asarray(mm.energy)
+        order = np.argsort(lat)
+        ax.scatter(lat, en, marker=mark, s=16, label=f"{label} ({lat.size} points)")
+        ax.plot(lat[order], np.minimum.accumulate(en[order]), lw=0.8)
+    ax.set_xlabel("latency per batch (ms)")
+    ax.set_ylabel("energy per batch (J)")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_title(f"exact Pareto fronts: {model} on {preset} (points also trade throughput)")
+    ax.legend(fontsize=8)
+    save_figure(fig, out / "pareto.png")
+    plt.close(fig)
+    return {"model": model, "preset": preset, "points_fp16": int(m16.latency.shape[0]),
+            "points_formats": int(m.latency.shape[0])}  # fmt: skip
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="bert-base,gpt2,tinyllama-1.1b")
+    ap.add_argument("--presets", default="edge,soc,datacenter,host3")
+    ap.add_argument("--budget", type=float, default=1.0)
+    ap.add_argument("--front-model", default="bert-base")
+    ap.add_argument("--front-preset", default="edge")
+    ap.add_argument("--out", type=Path, default=Path("docs/results/formats"))
+    args = ap.parse_args(argv)
+    rows = []
+    for model in args.models.split(","):
+        for preset in args.presets.split(","):
+            rows.append(one(model, preset, args.budget))
+            r = rows[-1]
+            print(f"{model} {preset}: fp16 {r['fp16']['score']:.4f} ({r['fp16']['search_s']:.1f} "
+                  f"s), formats {r['formats']['score']:.4f} ({r['formats']['search_s']:.1f} s)",
+                  flush=True)  # fmt: skip
+    doc = {"budget": args.budget, "rows": rows,
+           "pareto": front(args.front_model, args.front_preset, args.budget, args.out)}  # fmt: skip
+    write_json(args.out / "formats.json", doc)
+    t = Table(title=f"exact optimum with formats and codes (budget {args.budget:g} point) vs FP16")
+    for c in ("model", "preset", "FP16 score", "formats score", "latency ms", "quality pt",
+              "best baseline gap %", "search s (FP16 / formats)"):  # fmt: skip
+        t.add_column(c, justify="right")
+    for r in rows:
+        best = min(r["baselines"].items(), key=lambda kv: kv[1]["gap_pct"])
+        t.add_row(r["model"], r["preset"], f"{r['fp16']['score']:.3f}",
+                  f"{r['formats']['score']:.3f}",
+                  f"{r['fp16']['latency_s'] * 1e3:.2f} -> {r['formats']['latency_s'] * 1e3:.2f}",
+                  f"{r['formats']['quality_loss']:.2f}", f"{best[0]} {best[1]['gap_pct']:.1f}",
+                  f"{r['fp16']['search_s']:.1f} / {r['formats']['search_s']:.1f}")  # fmt: skip
+    Console(width=160).print(t)
+    print("wrote", args.out / "formats.json", args.out / "pareto.png")
+    return doc
+
+
+if __name__ == "__main__":
+    main()
