@@ -8,6 +8,11 @@ includes compiling hj.evaluate for the graph and platform shapes); "warm" is the
 `--repeat` later calls. The ratio row compares the exhaustive enumerator with optimal_score on
 the small model, both warm, in the same run. Also reports, per preset, what the exact score
 optimum looks like against the best all-on-device-0 plan. Writes benchmarks/results/exact.json.
+
+`--formats` instead times cost model 2.0's exact score optimum (formats 0..2 and codes 0..2
+per block, within `--budget` accuracy points) against the FP16-only optimum on every preset,
+both warm (best of `--repeat`) in the same run, and writes
+benchmarks/results/exact_formats.json with the ratio per preset (target: within 10x).
 """
 
 from __future__ import annotations
@@ -76,13 +81,43 @@ def _describe(graph, plan, names, device_names) -> dict:
     return {"block_devices": bp.tolist(), "where": where, "blocks_per_device": counts}
 
 
+def formats_rows(model: str, budget: float, repeat: int, presets=PRESETS) -> list[dict]:
+    """FP16-only vs formats + codes exact score optimum per preset, warm seconds each."""
+    graph = hj.graphs.transformer(model, seq_len=128, granularity="block")
+    rows = []
+    for name in presets:
+        p = hj.hardware.preset(name)
+        (plan16, s16), _, w16 = _timed(lambda p=p: ex.optimal_score(graph, p), repeat)
+        kw = dict(formats=(0, 1, 2), codes=(0, 1, 2), quality_budget=budget)
+        (plan, s), cold, w = _timed(lambda p=p, kw=kw: ex.optimal_score(graph, p, **kw), repeat)
+        m = hj.evaluate(graph, p, plan)
+        rows.append(dict(preset=name, devices=p.d_max, states=p.d_max * 9, fp16_s=w16,
+                         formats_s=w, formats_cold_s=cold, ratio=w / w16, score_fp16=s16,
+                         score_formats=s, quality_loss=float(m.quality_loss)))  # fmt: skip
+        print(f"{name}: FP16 {w16:.2f} s, formats {w:.2f} s (x{w / w16:.1f}); score {s16:.4f}"
+              f" -> {s:.4f}, quality {float(m.quality_loss):.3f}", flush=True)  # fmt: skip
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--model", default="bert-base")
     ap.add_argument("--small", default="bert-mini", help="model for the enumerator comparison")
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "exact.json"))
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--formats", action="store_true", help="cost model 2.0's timing only")
+    ap.add_argument("--budget", type=float, default=1.0, help="quality budget (points)")
+    ap.add_argument("--presets", default=",".join(PRESETS))
     args = ap.parse_args()
+    if args.formats:
+        rows = formats_rows(args.model, args.budget, args.repeat, args.presets.split(","))
+        out = args.out or str(Path(__file__).parent / "results" / "exact_formats.json")
+        doc = {"benchmark": "exact_formats", "model": args.model, "budget": args.budget,
+               "repeat": args.repeat, "cpu": host.processor() or host.machine(),
+               "load": os.getloadavg()[0], "rows": rows}  # fmt: skip
+        print("wrote", write_json(out, doc))
+        return
+    args.out = args.out or str(Path(__file__).parent / "results" / "exact.json")
 
     graph = hj.graphs.transformer(args.model, seq_len=128, granularity="block")
     small = hj.graphs.transformer(args.small, seq_len=128, granularity="block")

@@ -518,6 +518,7 @@ def label_search(
     cap = tab.capacity[bind]
     budget = fp.quality_budget
     lin = state_chord(fp, tab, bnd, incumbent) if mode == "score" else None
+    quality_matters = np.isfinite(budget) or fp.delta != 0
 
     last = np.zeros(0, np.int64)
     res = np.zeros((1, n_res))
@@ -585,7 +586,9 @@ def label_search(
         group = tab.dev[last] * NUM_CODES + tab.code[last]
         for grp in np.unique(group[idx_all]):
             idx = idx_all[group[idx_all] == grp]
-            cols = [t[idx], q[idx]] if mode == "latency" else [t[idx], e[idx], q[idx]]
+            cols = [t[idx]] if mode == "latency" else [t[idx], e[idx]]
+            if quality_matters:  # (no budget and no price: quality decides nothing)
+                cols.append(q[idx])
             cols += [mem_p[idx, k] for k in range(bind.size)]
             cols += [mem_a[idx, k] for k in range(bind.size)]
             keys = np.stack(cols, axis=1)
