@@ -23,7 +23,18 @@ import numpy as np
 
 from hetjax.errors import PlanError
 from hetjax.exact._chain import ChainProblem, _host
-from hetjax.exact._search import _dominated, _front_dominates, _links, _simplex, _waterfill
+from hetjax.exact._search import (
+    _dominated,
+    _front_dominates,
+    _Level,
+    _links,
+    _reverse,
+    _simplex,
+    _waterfill,
+    chord_lines,
+    local_search,
+    shortest,
+)
 from hetjax.formats import A_BITS, NUM_CODES, NUM_FORMATS, T_BITS, W_BITS
 from hetjax.graphs.core import EMBED, MATMUL
 
@@ -223,22 +234,6 @@ def _undominated(legal, dur, e_dur, qual, params, act, xfer, e_xfer, q_xfer, sde
     return out
 
 
-def shortest(cost: np.ndarray, step: np.ndarray) -> tuple[np.ndarray, float]:
-    """Least sum of cost[j, s_j] + step[j, s_{j-1}, s_j] (a DP over (block, state))."""
-    m, n = cost.shape
-    v = cost[0].copy()
-    arg = np.zeros((m, n), np.int64)
-    for j in range(1, m):
-        tot = v[:, None] + step[j]
-        arg[j] = np.argmin(tot, axis=0)
-        v = cost[j] + tot[arg[j], np.arange(n)]
-    sp = np.zeros(m, np.int64)
-    sp[-1] = int(np.argmin(v))
-    for j in range(m - 1, 0, -1):
-        sp[j - 1] = arg[j, sp[j]]
-    return sp, float(v[sp[-1]])
-
-
 def chain_eval(tab: StateTables, sp: np.ndarray):
     """(latency s, bottleneck s, energy J, quality points, feasible) of state placements
     int[K, M]."""
@@ -266,15 +261,6 @@ def chain_eval(tab: StateTables, sp: np.ndarray):
         feasible &= mem <= tab.capacity[dev]
     bottleneck = np.maximum(busy.max(1), link.reshape(k, d * d).max(1))
     return latency, bottleneck, energy, quality, feasible
-
-
-def _reverse(cost: np.ndarray, step: np.ndarray) -> np.ndarray:
-    """h[j, s] = least sum of cost/step over blocks j+1.. given block j in state s."""
-    m, n = cost.shape
-    h = np.zeros((m, n))
-    for j in range(m - 2, -1, -1):
-        h[j] = np.min(step[j + 1] + (cost[j + 1] + h[j + 1])[None, :], axis=1)
-    return h
 
 
 @dataclass(frozen=True)
@@ -434,19 +420,7 @@ def state_chord(fp: FormatProblem, tab: StateTables, bnd: StateBounds, incumbent
     b_lo = float(np.min(bnd.bottleneck(0, res)))
     if not (t_lo > 0 and b_lo > 0 and np.isfinite(t_lo)):
         return None
-    extra = g * e_lo + fp.delta * q_lo
-    need_t = incumbent - a_b / b_lo + extra  # a_t / T must reach this
-    need_b = incumbent - a_t / t_lo + extra  # a_b / B must reach this
-    t_hi = a_t / need_t if need_t > 0 else np.inf
-    b_hi = a_b / need_b if need_b > 0 else np.inf
-
-    def line(w, lo, hi):  # w / x <= k - s * x on [lo, hi]
-        if not np.isfinite(hi) or hi <= lo:
-            return w / lo, 0.0
-        return w * (lo + hi) / (lo * hi), w / (lo * hi)
-
-    k_t, a = line(a_t, t_lo, t_hi)
-    k_b, c = line(a_b, b_lo, b_hi)
+    k, a, c = chord_lines(a_t, a_b, t_lo, b_lo, g * e_lo + fp.delta * q_lo, incumbent)
     lam = bnd.lam
     legal = tab.legal
     dur = np.where(legal, tab.dur, 0.0)
@@ -468,14 +442,8 @@ def state_chord(fp: FormatProblem, tab: StateTables, bnd: StateBounds, incumbent
     for j in range(tab.m - 2, -1, -1):
         nxt = costs[:, :, j + 1, :] + h[:, :, j + 1, :]  # [U, G, S]
         h[:, :, j, :] = np.min(steps[:, None, j + 1] + nxt[:, :, None, :], axis=3)
-    return StateChord(k=k_t + k_b, a=a, c=c, g=g, delta=fp.delta, lam=lam, mu=mu,
+    return StateChord(k=k, a=a, c=c, g=g, delta=fp.delta, lam=lam, mu=mu,
                       budget=float(budget), h=h)  # fmt: skip
-
-
-@dataclass
-class _Level:
-    last: np.ndarray  # int[L] state of block j
-    parent: np.ndarray  # int[L]
 
 
 @dataclass
@@ -660,25 +628,7 @@ def scores(fp: FormatProblem, tab: StateTables, sp: np.ndarray) -> np.ndarray:
 def improve(fp: FormatProblem, tab: StateTables, sp: np.ndarray, rounds: int = 30):
     """Best-improvement local search from `sp`: set a run of blocks to one state (runs up to
     about 1000 in all). A heuristic that seeds the exact search's incumbent."""
-    m, n_s = tab.m, tab.s
-    a, b = np.triu_indices(m + 1, 1)
-    longest = m if m * (m + 1) // 2 <= 1000 else max(1, 1000 // m)
-    a, b = a[b - a <= longest], b[b - a <= longest]
-    runs = (np.arange(m)[None, :] >= a[:, None]) & (np.arange(m)[None, :] < b[:, None])
-    best = np.asarray(sp, np.int64)
-    best_s = scores(fp, tab, best[None])[0]
-    step = max(1, (1 << 16) // m)
-    for _ in range(rounds):
-        cand = np.where(runs[None], np.arange(n_s)[:, None, None], best[None, None, :])
-        cand = cand.reshape(-1, m)
-        s = np.concatenate(
-            [scores(fp, tab, cand[lo : lo + step]) for lo in range(0, len(cand), step)]
-        )
-        k = int(np.argmax(s))
-        if not s[k] > best_s:
-            break
-        best, best_s = cand[k], s[k]
-    return best, float(best_s)
+    return local_search(lambda x: scores(fp, tab, x), tab.m, tab.s, sp, rounds, 1000)
 
 
 def root_bound(fp: FormatProblem, tab: StateTables, bnd: StateBounds) -> float:

@@ -159,6 +159,26 @@ class Chord:
         return self.k - np.max(cur + self.h[:, j, :].T[last], axis=1)
 
 
+def chord_lines(a_t, a_b, t_lo, b_lo, rest, incumbent) -> tuple[float, float, float]:
+    """(k, a, c) with a_t / T + a_b / B <= k - a * T - c * B for every plan that can beat
+    `incumbent`: T in [t_lo, t_hi] and B in [b_lo, b_hi], the upper ends where the other term
+    at its best (and `rest`, the least penalty of the remaining terms) still reaches the
+    incumbent; on such an interval w / x lies below its chord."""
+    need_t = incumbent - a_b / b_lo + rest  # a_t / T must reach this
+    need_b = incumbent - a_t / t_lo + rest  # a_b / B must reach this
+    t_hi = a_t / need_t if need_t > 0 else np.inf
+    b_hi = a_b / need_b if need_b > 0 else np.inf
+
+    def line(w, lo, hi):  # w / x <= k - s * x on [lo, hi]
+        if not np.isfinite(hi) or hi <= lo:
+            return w / lo, 0.0
+        return w * (lo + hi) / (lo * hi), w / (lo * hi)
+
+    k_t, a = line(a_t, t_lo, t_hi)
+    k_b, c = line(a_b, b_lo, b_hi)
+    return k_t + k_b, a, c
+
+
 def chord(problem: ChainProblem, tab: Tables, bnd: Bounds, incumbent: float) -> Chord | None:
     """The `Chord` bound at this batch against `incumbent`, or None where it cannot help."""
     alpha, beta, gamma = problem.weights
@@ -177,18 +197,7 @@ def chord(problem: ChainProblem, tab: Tables, bnd: Bounds, incumbent: float) -> 
     b_lo = float(np.min(bnd.bottleneck(0, res)))
     if not (t_lo > 0 and b_lo > 0 and np.isfinite(t_lo)):
         return None
-    need_t = incumbent - a_b / b_lo + g * e_lo  # a_t / T must reach this
-    need_b = incumbent - a_t / t_lo + g * e_lo  # a_b / B must reach this
-    t_hi = a_t / need_t if need_t > 0 else np.inf
-    b_hi = a_b / need_b if need_b > 0 else np.inf
-
-    def line(w, lo, hi):  # w / x <= k - s * x on [lo, hi]
-        if not np.isfinite(hi) or hi <= lo:
-            return w / lo, 0.0
-        return w * (lo + hi) / (lo * hi), w / (lo * hi)
-
-    k_t, a = line(a_t, t_lo, t_hi)
-    k_b, c = line(a_b, b_lo, b_hi)
+    k, a, c = chord_lines(a_t, a_b, t_lo, b_lo, g * e_lo, incumbent)
     lam = bnd.lam
     legal = tab.legal
     dur = np.where(legal, tab.dur, 0.0)
@@ -199,7 +208,7 @@ def chord(problem: ChainProblem, tab: Tables, bnd: Bounds, incumbent: float) -> 
     for j in range(tab.m - 2, -1, -1):
         nxt = cost[:, j + 1, :] + h[:, j + 1, :]  # [G, D]
         h[:, j, :] = np.min(step[j + 1][None] + nxt[:, None, :], axis=2)
-    return Chord(k=k_t + k_b, a=a, c=c, g=g, lam=lam, h=h)
+    return Chord(k=k, a=a, c=c, g=g, lam=lam, h=h)
 
 
 def root_bound(problem: ChainProblem, tab: Tables, bnd: Bounds) -> float:
@@ -294,20 +303,24 @@ def improve(problem: ChainProblem, tab: Tables, bp: np.ndarray, rounds: int = 50
 
     Returns (block placement, score). A heuristic: it only seeds the exact search's incumbent.
     """
-    m, d = tab.m, tab.d
+    return local_search(lambda x: _scores(problem, tab, x), tab.m, tab.d, bp, rounds, 2000)
+
+
+def local_search(score, m: int, choices: int, start, rounds: int, max_runs: int):
+    """Best-improvement local search over int[M] assignments of `choices` values: a move sets
+    a run of consecutive blocks to one value (runs of every length while they number at most
+    `max_runs`, shorter ones otherwise); `score` maps int[K, M] to f64[K]. (best, score)."""
     a, b = np.triu_indices(m + 1, 1)  # runs [a, b)
-    longest = m if m * (m + 1) // 2 <= 2000 else max(1, 2000 // m)
+    longest = m if m * (m + 1) // 2 <= max_runs else max(1, max_runs // m)
     a, b = a[b - a <= longest], b[b - a <= longest]
     runs = (np.arange(m)[None, :] >= a[:, None]) & (np.arange(m)[None, :] < b[:, None])
-    best = np.asarray(bp, np.int64)
-    best_s = _scores(problem, tab, best[None])[0]
+    best = np.asarray(start, np.int64)
+    best_s = score(best[None])[0]
     step = max(1, (1 << 16) // m)  # candidates scored at once
     for _ in range(rounds):
-        cand = np.where(runs[None], np.arange(d)[:, None, None], best[None, None, :])
+        cand = np.where(runs[None], np.arange(choices)[:, None, None], best[None, None, :])
         cand = cand.reshape(-1, m)
-        s = np.concatenate(
-            [_scores(problem, tab, cand[lo : lo + step]) for lo in range(0, len(cand), step)]
-        )
+        s = np.concatenate([score(cand[lo : lo + step]) for lo in range(0, len(cand), step)])
         k = int(np.argmax(s))
         if not s[k] > best_s:
             break
