@@ -369,7 +369,7 @@ def test_v2_evaluate_and_score_agree_with_reference(case, delta, budget):
 
 
 @pytest.mark.x64
-@settings(max_examples=20, **SETTINGS)
+@settings(max_examples=12, **SETTINGS)
 @given(hst.v2_cases())
 def test_v2_evaluate_agrees_with_reference_f64(case):
     g, p, plan = case
