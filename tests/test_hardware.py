@@ -191,3 +191,21 @@ def test_sample_keeps_the_base_link_kind():
     own = hj.hardware.preset("edge").replace(link_bw=np.full((2, 2), 1e9, np.float32))
     ratio = np.asarray(hj.hardware.sample(key, 64, base=own).link_bw)[:, 1, 0] / 1e9
     assert ((ratio >= 0.5 * (1 - 1e-6)) & (ratio <= 2.0 * (1 + 1e-6))).all()
+
+
+def test_platform_files_written_before_version_2_load_with_its_defaults(tmp_path):
+    """A platform JSON without fmt_speedup / codec_bw (cost model 2.0) loads as FP16-only
+    without codecs; one written now round-trips them."""
+    import json
+
+    p = hj.hardware.preset("host3")
+    path = hj.hardware.save(p, tmp_path / "p.json")
+    doc = json.loads(path.read_text())
+    np.testing.assert_allclose(hj.hardware.load(path).fmt_speedup, p.fmt_speedup)
+    for f in ("fmt_speedup", "codec_bw"):
+        del doc["fields"][f]
+    (tmp_path / "old.json").write_text(json.dumps(doc))
+    old = hj.hardware.load(tmp_path / "old.json")
+    np.testing.assert_array_equal(old.fmt_speedup, np.tile([1.0, 0.0, 0.0], (3, 1)))
+    np.testing.assert_array_equal(old.codec_bw, np.zeros(3))
+    assert jax.tree.structure(old) == jax.tree.structure(p)
