@@ -92,3 +92,21 @@ def test_version_1_env_is_unchanged_by_default():
         PlacementEnv(formats=4)
     with pytest.raises(hj.PlanError, match="quality_budget"):
         env.make_params(GRAPH, hj.hardware.preset("edge"), quality_budget=-1.0)
+
+
+def test_no_dead_end_and_penalty_not_inf_at_the_budget_edge():
+    """A coded block needs a codec on device 0 too (the fallback), so an episode of legal
+    actions always finishes; and a plan at the budget's float32 edge never scores -inf."""
+    edge = hj.hardware.preset("edge")
+    p = edge.replace(codec_bw=edge.codec_bw.at[0].set(0.0))
+    env = PlacementEnv.sized_for([GRAPH], [p], formats=3, codes=3)
+    params = env.make_params(GRAPH, p)
+    for info, reward, _ in _episodes(env, params, 10, seed=7):
+        assert bool(info["complete"]) and not np.asarray(info["block_code"]).any()
+    vit = hj.graphs.transformer("vit-b16")
+    host3 = hj.hardware.preset("host3")
+    env = PlacementEnv.sized_for([vit], [host3], formats=3, codes=1)
+    params = env.make_params(vit, host3, quality_budget=0.35)  # vit's whole-model INT4 loss
+    for info, reward, _ in _episodes(env, params, 4, seed=3):
+        assert np.isfinite(reward)
+        assert float(info["metrics"].quality_loss) <= 0.35

@@ -130,3 +130,19 @@ def test_bad_format_arguments_are_refused(kwargs, match):
     g = hj.graphs.transformer("bert-tiny", seq_len=32)
     with pytest.raises(hj.PlanError, match=match):
         hj.exact.optimal_score(g, hj.hardware.preset("edge"), BATCHES, **kwargs)
+
+
+def test_zero_idle_power_with_a_blocked_code_keeps_the_tables_finite_or_inf():
+    """A coded transfer into a device without a codec is inf; with 0 W of idle power its
+    energy must be inf too, not NaN (NaN bounds would prune every label)."""
+    from hetjax.exact._chain import ChainProblem
+    from hetjax.exact._formats import FormatProblem, state_bounds
+
+    p = hj.hardware.preset("host3")
+    p = p.replace(p_idle=p.p_idle * 0.0, codec_bw=p.codec_bw.at[2].set(0.0))
+    g = hj.graphs.transformer("bert-tiny", seq_len=32)
+    fp = FormatProblem(ChainProblem.create(g, p), (0,), (0, 1), 0.0, float("inf"))
+    tab = fp.tables(8.0)
+    assert not np.isnan(tab.e_xfer).any()
+    bnd = state_bounds(tab)
+    assert not np.isnan(bnd.e).any() and not np.isnan(bnd.t).any()

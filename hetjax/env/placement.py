@@ -875,7 +875,9 @@ class PlacementEnv(Environment):
         _, coded_in = self._incoming(state, params, j)  # [D]
         has_codec = p.codec_bw > 0
         ok &= (has_codec | ~coded_in)[:, None]
-        codes_ok = (jnp.arange(self.codes)[None, :] == 0) | has_codec[:, None]  # [D, C]
+        # a code needs a codec on the device and on device 0, the fallback that must always be
+        # able to take the next block (else a coded block could leave no legal move)
+        codes_ok = (jnp.arange(self.codes)[None, :] == 0) | (has_codec & has_codec[0])[:, None]
         # the budget: the quality used, plus the code losses still pending (placed blocks whose
         # outputs have not crossed yet) and this block's own code loss counted as if they will
         # cross. A code whose output never crosses changes nothing, so no plan is lost, and
@@ -885,10 +887,11 @@ class PlacementEnv(Environment):
             jnp.where(placed & ~state.charged, _pick(params.code_loss, state.code), 0.0)
         )
         used = state.quality + pending
-        within = (
-            used + params.fmt_loss[j][:, None] + params.code_loss[j][None, :]
-            <= params.quality_budget
-        )  # [F, C] fmt: skip
+        # the terminal check sums the losses in another order (float32): a margin of 1e-5
+        # relative keeps every plan the mask allows within the budget there too; a move that
+        # adds no loss stays allowed (the state is within the budget already)
+        add = params.fmt_loss[j][:, None] + params.code_loss[j][None, :]  # [F, C]
+        within = (add <= 0) | (used + add <= params.quality_budget * (1.0 - 1e-5))
         choice = ok[:, :, None] & codes_ok[:, None, :] & within[None]  # [D, F, C]
         flat = choice.transpose(2, 1, 0).reshape(-1)  # action d + D * (q + F * k)
         by_choice = jnp.concatenate([flat, jnp.zeros((a - flat.shape[0],), bool)])
@@ -964,7 +967,7 @@ class PlacementEnv(Environment):
         )  # fmt: skip
         plan_score = score(metrics, params.reference, params.weights, delta=params.delta,
                            quality_budget=params.quality_budget)  # fmt: skip
-        ok = complete & metrics.feasible
+        ok = complete & metrics.feasible & jnp.isfinite(plan_score)  # (over the budget: -inf)
         final = jnp.where(ok, plan_score, params.penalty)
         phi = jnp.where(terminated, 0.0, params.shaping * self._estimate(new, params)[3])
         reward = jnp.where(terminated, final, 0.0) + params.discount * phi - state.potential

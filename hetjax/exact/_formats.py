@@ -171,7 +171,10 @@ class FormatProblem:
         idle_all = p_idle.sum()
         e_dur = np.where(legal, (idle_all + p_busy[sdev] - p_idle[sdev]) * dur, np.inf)
         dur = np.where(legal, dur, np.inf)
-        e_xfer = idle_all * xfer + np.where(cross[None], le[None] * moved, 0.0)
+        # (a blocked coded transfer is inf: 0 W of idle power must not make it NaN)
+        finite = np.isfinite(xfer)
+        idle_x = np.where(finite, idle_all * np.where(finite, xfer, 0.0), np.inf)
+        e_xfer = idle_x + np.where(cross[None], le[None] * moved, 0.0)
         e_xfer[0] = 0.0
 
         fmt_loss = f64(g["fmt_loss"])[:m]
@@ -429,8 +432,9 @@ def state_chord(fp: FormatProblem, tab: StateTables, bnd: StateBounds, incumbent
     qual = np.where(legal, tab.qual, 0.0)
     cost = np.where(legal[None], cost + fp.delta * qual[None], np.inf)  # [G, M, S]
     qx = np.where(np.isfinite(tab.q_xfer), tab.q_xfer, 0.0)
-    step = a * tab.xfer + g * tab.e_xfer + fp.delta * qx  # [M, S, S]
-    step = np.where(np.isfinite(step), step, np.inf)
+    finite = np.isfinite(tab.xfer) & np.isfinite(tab.e_xfer)
+    fx = lambda x: np.where(finite, x, 0.0)  # noqa: E731  (no 0 * inf)
+    step = np.where(finite, a * fx(tab.xfer) + g * fx(tab.e_xfer) + fp.delta * qx, np.inf)
     budget = fp.quality_budget
     mu = np.zeros(1)
     if np.isfinite(budget):
