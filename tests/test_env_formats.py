@@ -101,7 +101,7 @@ def test_no_dead_end_and_penalty_not_inf_at_the_budget_edge():
     p = edge.replace(codec_bw=edge.codec_bw.at[0].set(0.0))
     env = PlacementEnv.sized_for([GRAPH], [p], formats=3, codes=3)
     params = env.make_params(GRAPH, p)
-    for info, reward, _ in _episodes(env, params, 10, seed=7):
+    for info, _, _ in _episodes(env, params, 10, seed=7):
         assert bool(info["complete"]) and not np.asarray(info["block_code"]).any()
     vit = hj.graphs.transformer("vit-b16")
     host3 = hj.hardware.preset("host3")
