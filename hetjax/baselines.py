@@ -45,7 +45,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from hetjax._validation import check_graph_and_platform, check_weights, traced
+from hetjax._validation import check_graph_and_platform, check_quality, check_weights, traced
 from hetjax.cost import (
     DEFAULT_CHUNK,
     DEFAULT_WEIGHTS,
@@ -56,6 +56,8 @@ from hetjax.cost import (
     score,
 )
 from hetjax.errors import PlanError, UnknownNameError
+from hetjax.format_choice import block_format_times, choose_formats
+from hetjax.formats import check_choices
 from hetjax.graphs.core import ATTENTION, FFN, MATMUL, LayerGraph
 from hetjax.hardware.core import Platform
 
@@ -338,18 +340,7 @@ class _Quality(NamedTuple):
 def _check_formats(name: str, formats, codes, delta, quality_budget) -> _Quality | None:
     """Host-side checks of the cost-model-2.0 arguments; None when only FP16 and no codes are
     asked for (the version-1.1 strategy, unchanged)."""
-    from hetjax._validation import check_quality
-    from hetjax.formats import NUM_CODES, NUM_FORMATS
-
-    out = []
-    for what, values, n in (("formats", formats, NUM_FORMATS), ("codes", codes, NUM_CODES)):
-        try:
-            v = tuple(sorted(dict.fromkeys(int(x) for x in values)))
-        except (TypeError, ValueError):
-            v = ()
-        if not v or v[0] != 0 or v[-1] >= n:
-            raise PlanError(f"{name}: {what} = {values!r}: expected indices in 0..{n - 1} with 0")
-        out.append(v)
+    out = [check_choices(formats, "formats", name), check_choices(codes, "codes", name)]
     check_quality(delta, quality_budget, name)
     if out == [(0,), (0,)]:
         return None
@@ -359,7 +350,6 @@ def _check_formats(name: str, formats, codes, delta, quality_budget) -> _Quality
 @functools.partial(jax.jit, static_argnames=("formats", "codes"))
 def _formats_of(graph, platform, block_placement, batch, budget, formats, codes):
     """`choose_formats` of every candidate: (fmt, code) int32[C, M] each."""
-    from hetjax.format_choice import choose_formats
 
     def one(bp, b):
         return choose_formats(graph, platform, bp, b, formats=formats, codes=codes,
@@ -655,8 +645,6 @@ def _choice_legal(graph, platform, formats, codes) -> jax.Array:
     """bool[M, D * F * C]: block j may take (device d, formats[f], codes[c]) at index
     d + D * (f + F * c): the device runs the block in that format, and a code needs a codec
     on the device (the receiving end is checked when the plan is scored)."""
-    from hetjax.format_choice import block_format_times
-
     _, legal = block_format_times(graph, platform, 1.0, formats)  # [M, D, F]
     has = (platform.codec_bw > 0)[:, None] | (jnp.asarray(codes)[None, :] == 0)  # [D, C]
     ok = legal[:, :, :, None] & has[None, :, None, :]  # [M, D, F, C]

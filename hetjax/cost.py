@@ -30,7 +30,15 @@ from hetjax._validation import (
     validate_once,
 )
 from hetjax.errors import GraphError, PlanError
-from hetjax.formats import A_BITS, FP16, NUM_CODES, NUM_FORMATS, T_BITS, W_BITS
+from hetjax.formats import (
+    A_BITS,
+    CODEC_PER_BYTE,
+    FP16,
+    NUM_CODES,
+    NUM_FORMATS,
+    SENT_PER_BYTE,
+    W_BITS,
+)
 from hetjax.graphs.core import EMBED, MATMUL, LayerGraph
 from hetjax.hardware.core import Platform
 
@@ -332,8 +340,7 @@ def _simulate_chunk(graph: LayerGraph, platform: Platform, placement, batch, fmt
     if coded:  # cost model 2.0: a transfer's bytes and codec passes follow its producer's code
         cbw = _col(platform.codec_bw, 1).astype(dtype)
         inv_codec = jnp.where(cbw > 0, 1.0 / jnp.where(cbw > 0, cbw, 1.0), 0.0)  # [D, .] s/B
-        scales = [1.0] + [float(t / 16) for t in T_BITS[1:]]  # bytes sent per 16-bit byte
-        passes = [0.0] + [1.0 + float(t / 16) for t in T_BITS[1:]]  # bytes the codecs touch
+        scales, passes = list(SENT_PER_BYTE), list(CODEC_PER_BYTE)
         # per-plan predecessors: the producers' codes gathered once ([N, P, C])
         pred_code = _per_op(code, pred) if per_plan_preds else jnp.zeros((n, p_max, 0), jnp.int32)
     else:

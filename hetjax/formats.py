@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from hetjax.errors import PlanError
+
 __all__ = [
+    "check_choices",
     "FORMATS",
     "CODES",
     "FP16",
@@ -25,6 +28,8 @@ __all__ = [
     "W_BITS",
     "A_BITS",
     "T_BITS",
+    "SENT_PER_BYTE",
+    "CODEC_PER_BYTE",
 ]
 
 FORMATS = ("fp16", "int8", "int4")  # index q
@@ -36,3 +41,21 @@ NUM_FORMATS, NUM_CODES = len(FORMATS), len(CODES)
 W_BITS = np.array([16.0, 8.0, 4.0], np.float32)  # weight bits of format q
 A_BITS = np.array([16.0, 8.0, 16.0], np.float32)  # MATMUL activation bits of format q (W4A16)
 T_BITS = np.array([16.0, 8.0, 4.0], np.float32)  # bits per value sent with code k
+# per 16-bit byte of a tensor sent with code k: bytes on the link, and bytes the two codec
+# passes touch (the sender reads 16 and writes t bits, the receiver the reverse; none: 0)
+SENT_PER_BYTE = tuple(float(t / 16) for t in T_BITS)
+CODEC_PER_BYTE = (0.0,) + tuple(1.0 + float(t / 16) for t in T_BITS[1:])
+
+
+def check_choices(values, what: str, where: str = "") -> tuple[int, ...]:
+    """Formats (`what` = "formats") or codes ("codes") to choose from: the distinct indices,
+    sorted, non-empty and including 0; else `PlanError` naming `where`, `what` and the value."""
+    n = NUM_FORMATS if what == "formats" else NUM_CODES
+    try:
+        out = tuple(sorted(dict.fromkeys(int(v) for v in values)))
+    except (TypeError, ValueError):
+        out = ()
+    if not out or out[0] != 0 or out[-1] >= n:
+        at = f"{where}: " if where else ""
+        raise PlanError(f"{at}{what} = {values!r}: expected indices in 0..{n - 1} that include 0")
+    return out

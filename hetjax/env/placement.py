@@ -42,7 +42,7 @@ from hetjax.cost import (
 from hetjax.env.base import Environment
 from hetjax.env.spaces import Box, Dict, Discrete
 from hetjax.errors import GraphError, PlanError, PlatformError
-from hetjax.formats import A_BITS, NUM_CODES, NUM_FORMATS, T_BITS, W_BITS
+from hetjax.formats import A_BITS, CODEC_PER_BYTE, NUM_CODES, NUM_FORMATS, SENT_PER_BYTE, W_BITS
 from hetjax.graphs import core as graphs_core
 from hetjax.graphs.core import BLOCK_KINDS, LayerGraph
 from hetjax.hardware import core as hardware_core
@@ -286,9 +286,9 @@ def _exact_metrics(graph, platform, block_placement, batch, sched, fmt=None, cod
         kc = op_code[pred]  # [N, P, 1]
         cbw = platform.codec_bw
         inv_codec = jnp.where(cbw > 0, 1.0 / jnp.where(cbw > 0, cbw, 1.0), 0.0)
-        codec = sent * _by_index(kc, [0.0] + [1.0 + float(t / 16) for t in T_BITS[1:]], 0.0)
+        codec = sent * _by_index(kc, list(CODEC_PER_BYTE), 0.0)
         codec = codec * (inv_codec[src] + inv_codec[dst])
-        sent = sent * _by_index(kc, [1.0] + [float(t / 16) for t in T_BITS[1:]], 1.0)
+        sent = sent * _by_index(kc, list(SENT_PER_BYTE), 1.0)
         xfer = platform.link_latency[src, dst] + sent / platform.link_bw[src, dst] + codec
     xfer = jnp.where(cross, xfer, 0.0)
     trg = cross & trig[..., None]
@@ -1041,9 +1041,9 @@ class PlacementEnv(Environment):
             cbw = p.codec_bw
             inv_codec = jnp.where(cbw > 0, 1.0 / jnp.where(cbw > 0, cbw, 1.0), 0.0)
             inv = _pick(inv_codec, src) + _pick(inv_codec, a)
-            passes = _by_index(pcode, [0.0] + [1.0 + float(t / 16) for t in T_BITS[1:]], 0.0)
+            passes = _by_index(pcode, list(CODEC_PER_BYTE), 0.0)
             codec = sent * passes * inv
-            sent = sent * _by_index(pcode, [1.0] + [float(t / 16) for t in T_BITS[1:]], 1.0)
+            sent = sent * _by_index(pcode, list(SENT_PER_BYTE), 1.0)
             x = _pick(p.link_latency[:, a], src) + sent / _pick(p.link_bw[:, a], src) + codec
         else:
             x = _pick(p.link_latency[:, a], src) + sent / _pick(p.link_bw[:, a], src)

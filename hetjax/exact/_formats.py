@@ -21,7 +21,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hetjax.errors import PlanError
 from hetjax.exact._chain import ChainProblem, _host
 from hetjax.exact._search import (
     _dominated,
@@ -35,22 +34,10 @@ from hetjax.exact._search import (
     local_search,
     shortest,
 )
-from hetjax.formats import A_BITS, NUM_CODES, NUM_FORMATS, T_BITS, W_BITS
+from hetjax.formats import A_BITS, NUM_CODES, T_BITS, W_BITS
 from hetjax.graphs.core import EMBED, MATMUL
 
-__all__ = ["FormatProblem", "StateTables", "check_choices"]
-
-
-def check_choices(values, what: str) -> tuple[int, ...]:
-    """Formats or codes to search: a non-empty tuple of distinct indices that include 0."""
-    n = NUM_FORMATS if what == "formats" else NUM_CODES
-    try:
-        out = tuple(dict.fromkeys(int(v) for v in values))
-    except (TypeError, ValueError):
-        raise PlanError(f"{what} = {values!r}: expected indices in 0..{n - 1}") from None
-    if not out or 0 not in out or any(v < 0 or v >= n for v in out):
-        raise PlanError(f"{what} = {values!r}: expected indices in 0..{n - 1} that include 0")
-    return tuple(sorted(out))
+__all__ = ["FormatProblem", "StateTables"]
 
 
 @dataclass(frozen=True)
@@ -266,6 +253,15 @@ def chain_eval(tab: StateTables, sp: np.ndarray):
     return latency, bottleneck, energy, quality, feasible
 
 
+def _lagrangian(lb, so_far, rest_mu, mu, q, budget: float) -> np.ndarray:
+    """max(lb, so_far + rest_mu[u] - mu[u] * (budget - q)) over the multipliers mu[u] (the
+    least remaining cost + mu * quality, `rest_mu` f64[U, L]), without a budget just lb."""
+    if not (np.isfinite(budget) and mu.size):
+        return lb
+    lag = so_far[None] + rest_mu - mu[:, None] * (budget - q)[None]
+    return np.maximum(lb, lag.max(0))
+
+
 @dataclass(frozen=True)
 class StateBounds:
     """Optimistic completion costs of a partial placement whose block j is in state s."""
@@ -286,21 +282,11 @@ class StateBounds:
 
     def latency(self, j: int, last, t, q, budget: float) -> np.ndarray:
         """Lower bound (s) on the final latency of labels at block j within the budget."""
-        lb = t + self.t[j, last]
-        if np.isfinite(budget) and self.mu_t.size:
-            slack = budget - q
-            lag = t[None] + self.t_mu[:, j, last] - self.mu_t[:, None] * slack[None]
-            lb = np.maximum(lb, lag.max(0))
-        return lb
+        return _lagrangian(t + self.t[j, last], t, self.t_mu[:, j, last], self.mu_t, q, budget)
 
     def energy(self, j: int, last, e, q, budget: float) -> np.ndarray:
         """Lower bound (J) on the final energy of labels at block j within the budget."""
-        lb = e + self.e[j, last]
-        if np.isfinite(budget) and self.mu_e.size:
-            slack = budget - q
-            lag = e[None] + self.e_mu[:, j, last] - self.mu_e[:, None] * slack[None]
-            lb = np.maximum(lb, lag.max(0))
-        return lb
+        return _lagrangian(e + self.e[j, last], e, self.e_mu[:, j, last], self.mu_e, q, budget)
 
     def bottleneck(self, j: int, res: np.ndarray) -> np.ndarray:
         d = self.lam.shape[1]

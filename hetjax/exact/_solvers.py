@@ -32,6 +32,7 @@ from hetjax.exact._search import (
     latency_dp,
     root_bound,
 )
+from hetjax.formats import check_choices
 from hetjax.graphs.core import LayerGraph
 from hetjax.hardware.core import Platform
 
@@ -113,8 +114,8 @@ def _plan(problem: ChainProblem, bp_local, batch: float) -> Plan:
 def _format_problem(problem, formats, codes, delta, quality_budget, where):
     """The cost-model-2.0 problem, or None when only FP16 and no codes are searched (the
     version-1 search, whose results are unchanged)."""
-    formats = _formats.check_choices(formats, "formats")
-    codes = _formats.check_choices(codes, "codes")
+    formats = check_choices(formats, "formats", where)
+    codes = check_choices(codes, "codes", where)
     check_quality(delta, quality_budget, where)
     if formats == (0,) and codes == (0,):
         return None
