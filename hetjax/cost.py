@@ -240,10 +240,17 @@ def _device_terms(graph: LayerGraph, platform: Platform, placement, batch, fmt=N
         quantized = ((op_class == MATMUL) | (op_class == EMBED)) & (fmt != FP16)
         # a format outside 0..2, or one the device does not support, makes the op unplaceable
         bad = (fmt < 0) | (fmt >= NUM_FORMATS) | (quantized & (speedup <= 0))
-        unplaceable = unplaceable | (real & bad)
         peak = jnp.where((op_class == MATMUL) & (fmt != FP16) & ~bad, peak * speedup, peak)
     safe_peak = jnp.where(peak > 0, peak, 1.0)
-    t_comp = jnp.where(unplaceable, 0.0, _col(graph.flops, 1) * (batch + b_half) / safe_peak)
+    flops = _col(graph.flops, 1)
+    if fmt is not None:
+        # an op with a bad format computes nothing (t_comp 0, as for any unplaceable op); zeroing
+        # its flops gives that 0 exactly, and XLA:CPU compiles this form into a much faster
+        # program than a second mask in the select below (measured: 0.69x -> 0.92x of v1.1)
+        flops = jnp.where(real & bad, 0.0, flops)
+    t_comp = jnp.where(unplaceable, 0.0, flops * (batch + b_half) / safe_peak)
+    if fmt is not None:
+        unplaceable = unplaceable | (real & bad)
     # Weight streaming (cost model 1.1): on a device with weight_bw > 0 the weights of every
     # non-EMBED op stream in addition to its compute; otherwise (and always in v1) they are part
     # of the memory term. The where()s leave version 1's arithmetic bit for bit unchanged.
@@ -267,8 +274,12 @@ class _Step(NamedTuple):
     active: jax.Array  # bool[P] or [P, C] predecessor slot active
     pred_out: jax.Array  # f[P, .]       output bytes per sample of each predecessor
     src: jax.Array  # int32[P, C]        device of each predecessor ([P, 0] when not per plan)
-    # cost model 2.0, [P, 0] without transfer codes:
-    code: jax.Array  # int32[P, C]       code of each predecessor (2.0, per-plan preds only)
+    # cost model 2.0, [P, 0] without transfer codes (or with shared predecessors):
+    sent: jax.Array  # f[P, C]           bytes each predecessor's coded output puts on a link
+    codec: jax.Array  # f[P, C]          bytes its codec passes process (x s/byte = s)
+    # format losses kept in the scan (shared blocks and predecessors; else unused):
+    blk: jax.Array  # int32[]            this op's block
+    fmt_loss: jax.Array  # f[C] or f[0]  this op's format loss, points
 
 
 class _Carry(NamedTuple):
@@ -280,6 +291,7 @@ class _Carry(NamedTuple):
     link_busy: jax.Array  # f[L, C]     s each link has transferred
     moved: jax.Array  # f[L, C]         bytes each link has moved
     latency: jax.Array  # f[C]          latest finish so far, s
+    fmt_max: jax.Array  # f[M, C]       largest format loss of each block so far ([0, C]: unused)
 
 
 def _select(onehot, values):
@@ -337,14 +349,27 @@ def _simulate_chunk(graph: LayerGraph, platform: Platform, placement, batch, fmt
         pred_out = _col(graph.out_bytes, 1)[pred]
         src_all = jnp.zeros((n, p_max, 0), jnp.int32)
     coded = code is not None
+    no_rows = jnp.zeros((n, p_max, 0), dtype)
+    pred_sent = pred_codec = no_rows
     if coded:  # cost model 2.0: a transfer's bytes and codec passes follow its producer's code
         cbw = _col(platform.codec_bw, 1).astype(dtype)
         inv_codec = jnp.where(cbw > 0, 1.0 / jnp.where(cbw > 0, cbw, 1.0), 0.0)  # [D, .] s/B
-        scales, passes = list(SENT_PER_BYTE), list(CODEC_PER_BYTE)
-        # per-plan predecessors: the producers' codes gathered once ([N, P, C])
-        pred_code = _per_op(code, pred) if per_plan_preds else jnp.zeros((n, p_max, 0), jnp.int32)
-    else:
-        pred_code = jnp.zeros((n, p_max, 0), jnp.int32)
+        # per producer, before the scan (the products of the uncoded step, in its order):
+        # batch x output bytes, compressed; and the bytes its codec passes process
+        raw = batch * _col(graph.out_bytes, 1).astype(dtype)  # [N, C]
+        sent_op = raw * _by_index(code, list(SENT_PER_BYTE), 1.0)
+        codec_op = raw * _by_index(code, list(CODEC_PER_BYTE), 0.0)
+        if per_plan_preds:  # gathered once per predecessor slot ([N, P, C])
+            pred_sent, pred_codec = _per_op(sent_op, pred), _per_op(codec_op, pred)
+    # format losses: with one block table for all plans and shared predecessors, each block's
+    # largest is kept in the scan (a row update per op: a segment max over ops after the scan
+    # cost more than the rest of the formats' work). The code losses depend on which outputs
+    # cross; kept the same way they made the scan much slower, so they are reduced after it.
+    m_max = graph.block_mask.shape[0]
+    in_scan = graph.block.ndim == 1 and not per_plan_preds
+    fmt_in_scan = in_scan and fmt is not None
+    blk = graph.block if fmt_in_scan else jnp.zeros((n,), jnp.int32)
+    fmt_op = _op_losses(graph, graph.fmt_loss, fmt) if fmt_in_scan else jnp.zeros((n, 0), dtype)
     devices = jnp.arange(d_max)[:, None]
     links = jnp.arange(n_links)[:, None]
     cols = jnp.arange(c)[None, :]
@@ -362,12 +387,14 @@ def _simulate_chunk(graph: LayerGraph, platform: Platform, placement, batch, fmt
             if per_plan_preds:  # one (producer, device) row per plan: a gather
                 at = s.pred[k] * d_max + devices  # [D, C]
                 rows, src = jnp.take_along_axis(arrival, at, axis=0), s.src[k]
-                kc = s.code[k] if coded else None
+                if coded:
+                    sent_k, codec_k = s.sent[k], s.codec[k]
             else:
                 src = jax.lax.dynamic_index_in_dim(dev, s.pred[k], axis=0, keepdims=False)
                 rows = jax.lax.dynamic_slice_in_dim(arrival, s.pred[k] * d_max, d_max, axis=0)
                 if coded:
-                    kc = jax.lax.dynamic_index_in_dim(code, s.pred[k], axis=0, keepdims=False)
+                    sent_k = jax.lax.dynamic_index_in_dim(sent_op, s.pred[k], 0, keepdims=False)
+                    codec_k = jax.lax.dynamic_index_in_dim(codec_op, s.pred[k], 0, keepdims=False)
             known = _select(on_dst, rows)  # arrival on this op's device, -1 if not sent
             finish_p = _select(devices == src, rows)
             send = known < 0
@@ -375,13 +402,12 @@ def _simulate_chunk(graph: LayerGraph, platform: Platform, placement, batch, fmt
                 send = send & s.active[k]
             on_pair = links == src * d_max + s.dev  # [L, C] the link from src to here
             on_link = on_pair & send
-            sent = batch * s.pred_out[k]
             if coded:  # SPEC 2.0: compressed bytes, plus the sender's and receiver's codec passes
-                inv = _select(devices == src, inv_codec) + inv_dst
-                codec = sent * _by_index(kc, passes, 0.0) * inv
-                sent = sent * _by_index(kc, scales, 1.0)
+                sent = sent_k
+                codec = codec_k * (_select(devices == src, inv_codec) + inv_dst)
                 x = _select(on_pair, link_latency) + sent / _select(on_pair, link_bw) + codec
             else:
+                sent = batch * s.pred_out[k]
                 x = _select(on_pair, link_latency) + sent / _select(on_pair, link_bw)
             x = jnp.where(send, x, 0.0)
             sent_at = jnp.maximum(finish_p, _select(on_link, link_free)) + x
@@ -420,6 +446,9 @@ def _simulate_chunk(graph: LayerGraph, platform: Platform, placement, batch, fmt
             link_busy=link_busy,
             moved=moved,
             latency=jnp.maximum(carry.latency, jnp.where(s.real, fin, 0.0)),
+            fmt_max=_max_row(carry.fmt_max, s.blk, jnp.where(s.real, s.fmt_loss, 0.0))
+            if fmt_in_scan
+            else carry.fmt_max,
         )
         return carry, jnp.where(s.real, s.dur + charged, 0.0)
 
@@ -432,6 +461,7 @@ def _simulate_chunk(graph: LayerGraph, platform: Platform, placement, batch, fmt
         link_busy=zeros_l,
         moved=zeros_l,
         latency=jnp.zeros((c,), dtype),
+        fmt_max=jnp.zeros((m_max if fmt_in_scan else 0, c), fmt_op.dtype),
     )
     xs = _Step(
         i=jnp.arange(n),
@@ -442,7 +472,10 @@ def _simulate_chunk(graph: LayerGraph, platform: Platform, placement, batch, fmt
         active=active,
         pred_out=pred_out.astype(dtype),
         src=src_all,
-        code=pred_code,
+        sent=pred_sent,
+        codec=pred_codec,
+        blk=blk,
+        fmt_loss=fmt_op,
     )
     out, op_time = jax.lax.scan(step, init, xs)
     extra = {}
@@ -451,7 +484,10 @@ def _simulate_chunk(graph: LayerGraph, platform: Platform, placement, batch, fmt
         if coded:
             crossed = out.arrival.reshape(n, d_max, c) >= 0  # [N, D, C] output on device d
             crossed &= jnp.arange(d_max)[None, :, None] != dev[:, None, :]  # ... sent there
-        extra = _quality(graph, platform, fmt, code, dev, crossed)
+        done = {}
+        if fmt_in_scan:
+            done["fmt"] = out.fmt_max
+        extra = _quality(graph, platform, fmt, code, dev, crossed, done)
     params, act = _format_bytes(graph, fmt)
     return _reduce_metrics(
         graph, platform, batch, **_device_totals(graph, dev, dur, d_max, params, act),
@@ -475,7 +511,20 @@ def _block_max(graph: LayerGraph, per_op, m_max: int):
     return jnp.where(_col(graph.block_mask, 1), jnp.maximum(out, 0.0), 0.0)
 
 
-def _quality(graph: LayerGraph, platform: Platform, fmt, code, dev, crossed) -> dict:
+def _op_losses(graph: LayerGraph, table, index):
+    """Each op's loss (points, f[N, C]) under its choice index int32[N, C] from a block
+    table f[M, 3] (or [M, 3, C] per plan) with one block per op shared by the plans."""
+    tab = _col(table, 2)  # [M, 3, .]
+    return _by_index(index, [tab[:, q][graph.block] for q in range(tab.shape[1])], 0.0)
+
+
+def _max_row(table, row, values):
+    """table with row `row` (int32[]) raised to `values` f[C] elementwise: one row update."""
+    old = jax.lax.dynamic_index_in_dim(table, row, 0, keepdims=False)
+    return jax.lax.dynamic_update_index_in_dim(table, jnp.maximum(old, values), row, 0)
+
+
+def _quality(graph: LayerGraph, platform: Platform, fmt, code, dev, crossed, done=None) -> dict:
     """Cost model 2.0's quality loss (points, f[C]) and codec feasibility (bool[C]) of C plans.
 
     fmt, code int32[N, C] or None; dev int32[N, C] run devices; crossed bool[N, D, C]: op p's
@@ -489,9 +538,13 @@ def _quality(graph: LayerGraph, platform: Platform, fmt, code, dev, crossed) -> 
     m_max, d_max = graph.block_mask.shape[0], platform.device_mask.shape[0]
     n, c = dev.shape
     total = jnp.zeros((c,), _col(graph.fmt_loss, 2).dtype)
-    out = None if crossed is None else jnp.any(crossed, axis=1)  # [N, C] output crossed
-    for table, index in ((graph.fmt_loss, fmt), (graph.code_loss, code)):
+    done = done or {}
+    for name, table, index in (("fmt", graph.fmt_loss, fmt), ("code", graph.code_loss, code)):
         if index is None:
+            continue
+        if name in done:  # each block's largest loss, kept by the simulator's scan
+            block = jnp.where(_col(graph.block_mask, 1), jnp.maximum(done[name], 0.0), 0.0)
+            total = total + _sum_tree(block)
             continue
         tab = _col(table, 2)  # [M, 3, .]; column 0 is 0 (validated)
         if graph.block.ndim == 1:  # one row per op, shared by the plans: [N, 3, .]
@@ -501,7 +554,7 @@ def _quality(graph: LayerGraph, platform: Platform, fmt, code, dev, crossed) -> 
                     for q in range(tab.shape[1])]  # fmt: skip
         per_op = _by_index(index, rows, 0.0)
         if index is code:  # a code costs only where the output crosses
-            per_op = jnp.where(out, per_op, 0.0)
+            per_op = jnp.where(jnp.any(crossed, axis=1), per_op, 0.0)
         total = total + _sum_tree(_block_max(graph, per_op, m_max))
     codec_ok = jnp.ones((c,), bool)
     if code is not None:
@@ -717,6 +770,20 @@ def _run(chunk, graph, platform, plan, graph_idx, platform_idx, plan_idx):
     )
 
 
+def _rows_last(x, rows):
+    """x[rows] with the rows' axes last: x [R, *rest], rows int[*lead, C] -> [*lead, *rest, C].
+
+    One gather, not a gather or reshape followed by a transpose: XLA:CPU sinks a transpose
+    through the elementwise work that follows it, so the simulator's [N, C] inputs would reach
+    it as many transposed copies (measured: 20-25% of a block-level evaluation)."""
+    rest = x.shape[1:]
+    size = int(np.prod(rest, dtype=np.int64))
+    lead = rows.shape[:-1]
+    within = jnp.arange(size, dtype=jnp.int32).reshape((1,) * len(lead) + rest + (1,))
+    at = rows.astype(jnp.int32).reshape(lead + (1,) * len(rest) + rows.shape[-1:]) * size + within
+    return x.reshape(-1).at[at].get(mode="promise_in_bounds")
+
+
 def _run_chunks(chunk, graph, platform, plan, graph_idx, platform_idx, plan_idx):
     """Metrics (leading axis B) of B plans, simulated in chunks of `chunk` with plans last.
 
@@ -726,43 +793,49 @@ def _run_chunks(chunk, graph, platform, plan, graph_idx, platform_idx, plan_idx)
     rows. Rows are gathered chunk by chunk, so a sweep (one plan, B platforms) never builds
     B copies of the plan, nor a grid of plans x graphs B copies of the graph.
     """
+    has_fmt, has_code = plan.fmt is not None, plan.code is not None
+    packed = has_fmt or has_code
+    if packed:  # cost model 2.0: one int32 per op for device, format and code, one gather
+        plan = _pack(plan, platform.device_mask.shape[-1])
     groups = ((graph, graph_idx), (platform, platform_idx), (plan, plan_idx))
     b = plan.batch.shape[0] if plan_idx is None else plan_idx.shape[0]
     c = min(b, chunk)
     n_chunks = -(-b // c)
     pad = n_chunks * c - b
     fill = {"placement": 0, "batch": 1.0, "fmt": 0, "code": 0}  # padding plans: v1, device 0
-    mapped = []  # per group: {field: [K, ..., C] rows in chunk order} or {"idx": [K, C]}
+    mapped, padded = [], []  # per group: {"idx": [K, C]} (the rows of each chunk's plans)
     for obj, idx in groups:
-        stacked, part = _stacked(obj), {}
-        for k, x in _fields(obj).items():
-            if not stacked[k]:
-                continue
-            if idx is None:  # rows in plan order: chunked as they are
-                width = ((0, pad),) + ((0, 0),) * (x.ndim - 1)
-                x = jnp.pad(x, width, constant_values=fill[k]) if k in fill else (
-                    jnp.pad(x, width, mode="edge"))  # fmt: skip
-                part[k] = jnp.moveaxis(x.reshape((n_chunks, c) + x.shape[1:]), 1, -1)
-        if idx is not None:
-            part["idx"] = jnp.pad(idx.astype(jnp.int32), (0, pad)).reshape(n_chunks, c)
-        mapped.append(part)
+        stacked, new = _stacked(obj), {}
+        if idx is None:  # rows in plan order, padded to whole chunks
+            for k, x in _fields(obj).items():
+                if stacked[k] and pad:
+                    width = ((0, pad),) + ((0, 0),) * (x.ndim - 1)
+                    new[k] = jnp.pad(x, width, constant_values=fill[k]) if k in fill else (
+                        jnp.pad(x, width, mode="edge"))  # fmt: skip
+            idx = jnp.arange(n_chunks * c, dtype=jnp.int32)
+        else:
+            idx = jnp.pad(idx.astype(jnp.int32), (0, pad))
+        padded.append(obj.replace(**new) if new else obj)
+        mapped.append({"idx": idx.reshape(n_chunks, c)} if any(stacked.values()) else {})
 
     def one_chunk(mapped):
         args, picked = [], {}
-        for (obj, _), part in zip(groups, mapped, strict=True):
+        for obj, part in zip(padded, mapped, strict=True):
             stacked, fields = _stacked(obj), _fields(obj)
             for k in fields:
-                if k in part:
-                    picked[(len(args), k)] = part[k]
-                elif stacked[k]:  # rows picked by the index, plans last
-                    picked[(len(args), k)] = jnp.moveaxis(fields[k][part["idx"]], 0, -1)
+                if stacked[k]:  # the chunk's rows, gathered with plans last
+                    picked[(len(args), k)] = _rows_last(fields[k], part["idx"])
             args.append(fields)
         # gathered once per chunk: XLA would otherwise fuse each gather into every consumer
         picked = jax.lax.optimization_barrier(picked)
         for (i, k), x in picked.items():
             args[i][k] = x
-        args = [obj.replace(**f) for (obj, _), f in zip(groups, args, strict=True)]
+        args = [obj.replace(**f) for obj, f in zip(padded, args, strict=True)]
         g, p, x = args
+        if packed:
+            placement, fmt, code = _unpack(x.placement)
+            return _simulate_chunk(g, p, placement, x.batch, fmt if has_fmt else None,
+                                   code if has_code else None)  # fmt: skip
         return _simulate_chunk(g, p, x.placement, x.batch, x.fmt, x.code)
 
     if n_chunks == 1:
@@ -770,6 +843,22 @@ def _run_chunks(chunk, graph, platform, plan, graph_idx, platform_idx, plan_idx)
     out = jax.lax.map(one_chunk, mapped)
     out = jax.tree.map(lambda x: jnp.moveaxis(x, -1, 1), out)  # [K, C, ...]
     return jax.tree.map(lambda x: x.reshape((n_chunks * c,) + x.shape[2:])[:b], out)
+
+
+def _pack(plan: Plan, d_max: int) -> Plan:
+    """The plan with placement, format and code in one int32 per op (8 bits each; `fmt` and
+    `code` None). Values are clipped to one outside their range on either side, which the
+    simulator treats as the values themselves (unplaceable, or a bad format or code)."""
+    parts = [jnp.clip(plan.placement, -1, d_max)]
+    for x, top in ((plan.fmt, NUM_FORMATS), (plan.code, NUM_CODES)):
+        parts.append(jnp.zeros_like(plan.placement) if x is None else jnp.clip(x, -1, top))
+    word = sum((x + 1) << (8 * i) for i, x in enumerate(parts))
+    return plan.replace(placement=word, fmt=None, code=None)
+
+
+def _unpack(word):
+    """`_pack`'s inverse on a chunk: (placement, fmt, code), each int32 [N, C]."""
+    return tuple(((word >> (8 * i)) & 255) - 1 for i in range(3))
 
 
 def _fold(a, b, obj, batched, idx, idx_batched):

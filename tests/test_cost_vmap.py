@@ -242,3 +242,36 @@ def test_gradients_are_finite_where_layer_time_std_is_zero():
     grads = jax.jit(jax.grad(lambda mem_bw: evaluate(one_block, p.replace(mem_bw=mem_bw),
                                                      plan).latency))(p.mem_bw)  # fmt: skip
     assert np.isfinite(np.asarray(grads)).all() and float(jnp.abs(grads).sum()) > 0
+
+
+def test_vmap_with_formats_and_codes_equals_each_element_alone():
+    """Cost model 2.0's fields travel packed with the placement (one int32 per op) through the
+    chunked simulator and the vmap fold: per-element results are unchanged, values outside
+    their range included (a placement past the devices, formats and codes outside 0..2)."""
+    g = hst.tiny_model()
+    p = _platform().replace(
+        fmt_speedup=jnp.asarray([[1.0, 2.0, 1.0], [1.0, 2.0, 0.0], [1.0, 4.0, 1.0]]),
+        codec_bw=jnp.asarray([2e10, 0.0, 3e10], jnp.float32),
+    )
+    ps = _platforms().replace(
+        fmt_speedup=jnp.broadcast_to(p.fmt_speedup, (K, 3, 3)),
+        codec_bw=jnp.broadcast_to(p.codec_bw, (K, 3)),
+    )
+    rng = np.random.default_rng(7)
+    bp, batch = _block_plans(g, K, 5)
+    fmt = rng.integers(0, 3, (K, g.m_max))
+    code = rng.integers(0, 3, (K, g.m_max))
+    bp[1, 1], fmt[2, 2], code[3, 1], fmt[4, 1], code[4, 2] = 300, 1000, -5, -2, 3
+    plans = hj.Plan.from_blocks(g, bp, batch, fmt=fmt, code=code)
+    over_plans = jax.vmap(evaluate, in_axes=(None, None, 0))
+    over_both = jax.vmap(evaluate, in_axes=(None, 0, 0))
+    for fn, args, element in (
+        (over_plans, (g, p, plans), lambda i: (g, p, _at(plans, i))),
+        (over_both, (g, ps, plans), lambda i: (g, _at(ps, i), _at(plans, i))),
+    ):
+        out = jax.jit(fn)(*args)
+        assert int(out.unplaceable[1]) > 0 and int(out.unplaceable[2]) > 0  # device, format
+        assert not bool(out.feasible[1]) and not bool(out.feasible[4])
+        assert float(jnp.max(out.quality_loss)) > 0
+        for i in range(K):
+            _assert_same(_at(out, i), hst.evaluate(*element(i)), f"formats [{i}]")
