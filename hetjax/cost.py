@@ -481,9 +481,15 @@ def _simulate_chunk(graph: LayerGraph, platform: Platform, placement, batch, fmt
     extra = {}
     if fmt is not None or coded:  # cost model 2.0: quality loss, codec feasibility
         crossed = None
-        if coded:
-            crossed = out.arrival.reshape(n, d_max, c) >= 0  # [N, D, C] output on device d
-            crossed &= jnp.arange(d_max)[None, :, None] != dev[:, None, :]  # ... sent there
+        if coded:  # per op: its output crossed a link; and to a device without a codec
+            arrival = out.arrival.reshape(n, d_max, c)
+            cbw_zero = _col(platform.codec_bw, 1) <= 0  # [D, .]
+            out_crossed = to_codecless = jnp.zeros((n, c), bool)
+            for d in range(d_max):
+                sent_there = (arrival[:, d] >= 0) & (dev != d)
+                out_crossed = out_crossed | sent_there
+                to_codecless = to_codecless | (sent_there & cbw_zero[d])
+            crossed = (out_crossed, to_codecless)
         done = {}
         if fmt_in_scan:
             done["fmt"] = out.fmt_max
@@ -539,6 +545,11 @@ def _quality(graph: LayerGraph, platform: Platform, fmt, code, dev, crossed, don
     n, c = dev.shape
     total = jnp.zeros((c,), _col(graph.fmt_loss, 2).dtype)
     done = done or {}
+    if isinstance(crossed, tuple):  # (output crossed, crossed to a device without codec) [N, C]
+        out_crossed, to_codecless = crossed
+    elif crossed is not None:  # [N, D, C]
+        out_crossed = jnp.any(crossed, axis=1)
+        to_codecless = jnp.any(crossed & (_col(platform.codec_bw, 1) <= 0)[None], axis=1)
     for name, table, index in (("fmt", graph.fmt_loss, fmt), ("code", graph.code_loss, code)):
         if index is None:
             continue
@@ -554,7 +565,7 @@ def _quality(graph: LayerGraph, platform: Platform, fmt, code, dev, crossed, don
                     for q in range(tab.shape[1])]  # fmt: skip
         per_op = _by_index(index, rows, 0.0)
         if index is code:  # a code costs only where the output crosses
-            per_op = jnp.where(jnp.any(crossed, axis=1), per_op, 0.0)
+            per_op = jnp.where(out_crossed, per_op, 0.0)
         total = total + _sum_tree(_block_max(graph, per_op, m_max))
     codec_ok = jnp.ones((c,), bool)
     if code is not None:
@@ -563,9 +574,9 @@ def _quality(graph: LayerGraph, platform: Platform, fmt, code, dev, crossed, don
         for d in range(d_max):
             src_zero = jnp.where(dev == d, cbw_zero[d], src_zero)
         valid = (code > 0) & (code < NUM_CODES)
-        bad = (code < 0) | (code >= NUM_CODES) | (valid & src_zero)  # [N, C]
-        bad = bad[:, None] | (valid[:, None] & cbw_zero[None])  # [N, D, C] (destination)
-        codec_ok = ~jnp.any(crossed & bad, axis=(0, 1))
+        bad = (code < 0) | (code >= NUM_CODES) | (valid & src_zero)  # [N, C] (source)
+        bad = (out_crossed & bad) | (valid & to_codecless)  # ... and destination
+        codec_ok = ~jnp.any(bad, axis=0)
     return dict(quality_loss=total, codec_ok=codec_ok)
 
 
