@@ -159,6 +159,14 @@ CASES = [
     (["fidelity", "--repeats", "0"], ["--repeats", "0"]),
     (["fidelity", "--out", "adir"], ["--out", "adir"]),
     (["fidelity", "--platform-out", "afile/x.json"], ["--platform-out", "afile/x.json"]),
+    # sensitivity
+    (["sensitivity"], ["MODEL"]),
+    (["sensitivity", "missing.onnx"], ["MODEL", "missing.onnx"]),
+    (["sensitivity", "adir"], ["MODEL", "adir", "directory"]),
+    (["sensitivity", "garbage.onnx"], ["MODEL", "garbage.onnx"]),
+    (["sensitivity", "garbage.onnx", "--samples", "0"], ["--samples", "0"]),
+    (["sensitivity", "garbage.onnx", "--dim", "sequence"], ["--dim", "sequence"]),
+    (["sensitivity", "garbage.onnx", "--out", "adir"], ["--out", "adir"]),
     # sweep
     (["sweep"], ["SWEEP.toml"]),
     (["sweep", "missing.toml"], ["missing.toml"]),

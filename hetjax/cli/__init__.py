@@ -1,4 +1,5 @@
-"""The `hetjax` command line: evaluate, compare, train, place, calibrate, fidelity, sweep.
+"""The `hetjax` command line: evaluate, compare, train, place, calibrate, fidelity, sweep,
+sensitivity.
 
 The library never imports this package (nor Typer): each command is a module here that turns
 options into calls of the library. `main()` is the console script.
@@ -8,7 +9,14 @@ from __future__ import annotations
 
 import sys
 
-from hetjax.cli import calibrate, compare, evaluate, sweep, train  # noqa: F401  (registers commands)
+from hetjax.cli import (  # noqa: F401  (registers commands)
+    calibrate,
+    compare,
+    evaluate,
+    sensitivity,
+    sweep,
+    train,
+)
 from hetjax.cli.app import app, console, err_console
 from hetjax.cli.common import (
     PLACEMENTS,

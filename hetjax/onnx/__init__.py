@@ -1,10 +1,11 @@
 """ONNX models in (`load_graph`), built-in Transformers out (`export_transformer`), and a CPU
-device calibrated against ONNX Runtime measurements (`hetjax.onnx.calibrate`).
+device calibrated against ONNX Runtime measurements (`hetjax.onnx.calibrate`), and each block's
+INT8 sensitivity measured with ONNX Runtime (`hetjax.onnx.sensitivity`).
 
 Inside this package `import onnx` is the real ONNX package (absolute imports).
 """
 
-from hetjax.onnx import calibrate
+from hetjax.onnx import calibrate, sensitivity
 from hetjax.onnx.exporter import build_transformer, export_transformer
 from hetjax.onnx.importer import (
     DEFAULT_DIMS,
@@ -23,6 +24,7 @@ __all__ = [
     "export_transformer",
     "build_transformer",
     "calibrate",
+    "sensitivity",
     "OnnxImportWarning",
     "DEFAULT_DIMS",
     "DEFAULT_P",

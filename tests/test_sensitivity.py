@@ -1,0 +1,115 @@
+"""hetjax.onnx.sensitivity: each block's output error with its MatMul nodes in INT8
+(ONNX Runtime dynamic quantization), and the fmt_loss spread by it."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import onnx
+import pytest
+
+import hetjax as hj
+import hetjax.onnx as hjo
+from hetjax.errors import GraphError, OnnxImportError
+from hetjax.graphs import ATTENTION, FFN
+from hetjax.onnx.sensitivity import Sensitivity, sensitivity
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    """bert-tiny as a float32 ONNX file with fixed dims (2 layers: 6 blocks)."""
+    d = tmp_path_factory.mktemp("sens")
+    return hjo.export_transformer("bert-tiny", d / "bert-tiny.onnx", seq_len=16, batch=1)
+
+
+@pytest.fixture(scope="module")
+def measured(model):
+    return sensitivity(model, samples=2, seed=0)
+
+
+def test_blocks_with_matmuls_have_positive_error_others_zero(model, measured):
+    graph = hjo.load_graph(model)
+    m = int(np.asarray(graph.block_mask).sum())
+    kinds = np.asarray(graph.block_kind)[:m]
+    assert isinstance(measured, Sensitivity) and measured.error.shape == (m,)
+    assert len(measured.block_names) == len(measured.nodes) == m
+    for j in range(m):
+        if measured.nodes[j]:
+            assert measured.error[j] > 0, j
+        else:
+            assert measured.error[j] == 0, j
+    inner = (kinds == ATTENTION) | (kinds == FFN)
+    assert all(measured.nodes[j] for j in np.flatnonzero(inner))  # every layer block quantized
+    assert not measured.nodes[0]  # the embedding block has Gathers, no MatMul
+    assert not measured.nodes[m - 1]  # the pooler's Gemm stays float32 (dynamic quantization)
+    assert measured.whole > 0 and np.all(np.isfinite(measured.error))
+    assert measured.error.max() < 1.0  # INT8 perturbs the output, it does not replace it
+
+
+def test_deterministic_and_seeded(model, measured):
+    again = sensitivity(model, samples=2, seed=0)
+    np.testing.assert_array_equal(again.error, measured.error)
+    other = sensitivity(model, samples=2, seed=1)
+    assert not np.array_equal(other.error, measured.error)
+
+
+def test_fmt_loss_spreads_points_by_error(model, measured):
+    graph = hjo.load_graph(model)
+    out = measured.fmt_loss(graph, 0.6)
+    m = len(measured.block_names)
+    col = np.asarray(out.fmt_loss)[:m, 1]
+    np.testing.assert_allclose(col.sum(), 0.6, rtol=1e-6)
+    np.testing.assert_allclose(col, 0.6 * measured.error / measured.error.sum(), rtol=1e-6)
+    np.testing.assert_array_equal(np.asarray(out.fmt_loss)[:, 2], np.asarray(graph.fmt_loss)[:, 2])
+    np.testing.assert_array_equal(np.asarray(out.code_loss), np.asarray(graph.code_loss))
+    # the simulator charges a block in INT8 its measured share
+    plat = hj.hardware.preset("edge")
+    blocks = np.zeros(graph.m_max, np.int32)
+    fmt = np.zeros(graph.m_max, np.int32)
+    fmt[2] = 1
+    metrics = hj.evaluate(out, plat, hj.Plan.from_blocks(out, blocks, 1.0, fmt=fmt))
+    np.testing.assert_allclose(float(metrics.quality_loss), col[2], rtol=1e-6)
+    with pytest.raises(GraphError, match="int8_points"):
+        measured.fmt_loss(graph, -1.0)
+    with pytest.raises(GraphError, match="blocks"):
+        measured.fmt_loss(hj.graphs.transformer("bert-mini"), 0.6)
+
+
+def test_model_proto_untouched_and_nothing_written(model, tmp_path):
+    proto = onnx.load(model)
+    before = proto.SerializeToString()
+    listing = sorted(os.listdir(model.parent))
+    sensitivity(proto, samples=1)
+    assert proto.SerializeToString() == before
+    assert sorted(os.listdir(model.parent)) == listing
+
+
+def test_bad_input_is_one_line(tmp_path):
+    half = hjo.export_transformer("bert-tiny", tmp_path / "h.onnx", seq_len=16, batch=1,
+                                  dtype="float16")  # fmt: skip
+    for call, words in (
+        (lambda: sensitivity(half), ["float32", "h.onnx"]),
+        (lambda: sensitivity(tmp_path / "none.onnx"), ["none.onnx"]),
+        (lambda: sensitivity(half, samples=0), ["samples", "0"]),
+    ):
+        with pytest.raises(OnnxImportError) as err:
+            call()
+        assert "\n" not in str(err.value)
+        assert all(w in str(err.value) for w in words), str(err.value)
+
+
+def test_cli_prints_the_table_and_writes_json(model, measured, tmp_path, capsys):
+    import json
+
+    from hetjax import cli
+
+    out = tmp_path / "sens.json"
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["sensitivity", str(model), "--samples", "2", "--out", str(out)])
+    assert exc.value.code == 0
+    printed = capsys.readouterr().out
+    assert "encoder/layer.0.ffn" in printed and "proxy" in printed
+    doc = json.loads(out.read_text())
+    assert [b["error"] for b in doc["blocks"]] == measured.error.tolist()
+    assert doc["whole_model_error"] == measured.whole
