@@ -345,6 +345,7 @@ def test_input_errors():
 # --- many platforms, in worker processes --------------------------------------------------------
 
 
+@pytest.mark.xla_default  # optimal_scores evaluates its plans vmapped, optimal_score one by one
 def test_optimal_scores_workers_match_one_process(monkeypatch):
     import hetjax.exact._batch as batch_mod
 
