@@ -126,6 +126,17 @@ def test_best_of_k_is_at_least_greedy_and_its_plan_scores_what_it_says(setup):
     best, actions = jax.jit(lambda p, k: ppo.best_of_k_rollout(setup, p, k, platforms, 8))(
         runner.params, jax.random.key(2)
     )
+    # a forced batch step: the episode takes it, and forcing the policy's own choice changes
+    # nothing
+    _, own = jax.jit(lambda p, k: ppo.greedy_rollout(setup, p, k, platforms))(
+        runner.params, jax.random.key(2)
+    )
+    force = jax.jit(lambda p, k, b: ppo.greedy_rollout(setup, p, k, platforms, first_action=b))
+    same, _ = force(runner.params, jax.random.key(2), np.asarray(own)[0])
+    np.testing.assert_array_equal(np.asarray(same), np.asarray(greedy))
+    other = (np.asarray(own)[0] + 1) % len(setup.config.batches)
+    _, moved = force(runner.params, jax.random.key(2), other)
+    np.testing.assert_array_equal(np.asarray(moved)[0], other)
     assert (np.asarray(best) >= np.asarray(greedy) - 1e-6).all()
     assert (
         np.asarray(best) > np.asarray(greedy) + 1e-6

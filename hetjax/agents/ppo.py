@@ -580,9 +580,11 @@ def policy_apply(setup: Setup, net_params, obs):
     return logits.reshape(lead + logits.shape[1:]), value.reshape(lead)
 
 
-def _rollout(setup: Setup, net_params, key, params, epsilon, greedy=False, batch_epsilon=None):
+def _rollout(setup: Setup, net_params, key, params, epsilon, greedy=False, batch_epsilon=None,
+             first_action=None):  # fmt: skip
     """One episode per environment (T = episode length steps). Returns Transition [T, E].
-    `batch_epsilon` (None: `epsilon`) explores the first step, the batch choice.
+    `batch_epsilon` (None: `epsilon`) explores the first step, the batch choice;
+    `first_action` int32[E] (None: the policy's) forces it.
 
     The "episode" encoder encodes each environment's episode at the batch step and again at
     the first block step (the static block rows are read at the chosen batch), then runs only
@@ -613,6 +615,8 @@ def _rollout(setup: Setup, net_params, key, params, epsilon, greedy=False, batch
             action = jnp.argmax(logits, -1)
         else:
             action = _sample_action(ka, logits, obs.action_mask, eps)
+        if first_action is not None:
+            action = jnp.where(t == 0, first_action, action)
         logp = behaviour_log_prob(logits, obs.action_mask, action, eps)
         obs2, state, reward, term, trunc, info = jax.vmap(env.step)(
             jax.random.split(ks, n), state, action, params
@@ -628,11 +632,13 @@ def _rollout(setup: Setup, net_params, key, params, epsilon, greedy=False, batch
     return traj
 
 
-def greedy_rollout(setup: Setup, net_params, key, platforms, models=None):
+def greedy_rollout(setup: Setup, net_params, key, platforms, models=None, first_action=None):
     """Scores f32[E] and actions int32[T, E] of the greedy (argmax) policy on each platform
-    (`models` int32[E]: each environment's model; default `config.model`)."""
+    (`models` int32[E]: each environment's model; default `config.model`; `first_action`
+    int32[E]: the batch index each episode is given instead of the policy's choice, the
+    placement then greedy; None: the policy's)."""
     params = _env_params(setup, platforms, models)
-    traj = _rollout(setup, net_params, key, params, 0.0, greedy=True)
+    traj = _rollout(setup, net_params, key, params, 0.0, greedy=True, first_action=first_action)
     score = jnp.sum(jnp.where(traj.done & traj.valid, traj.score, 0.0), 0)
     return score, traj.action
 
