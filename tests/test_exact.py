@@ -345,7 +345,6 @@ def test_input_errors():
 # --- many platforms, in worker processes --------------------------------------------------------
 
 
-@pytest.mark.xla_default  # optimal_scores evaluates its plans vmapped, optimal_score one by one
 def test_optimal_scores_workers_match_one_process(monkeypatch):
     import hetjax.exact._batch as batch_mod
 
@@ -359,7 +358,10 @@ def test_optimal_scores_workers_match_one_process(monkeypatch):
     np.testing.assert_array_equal(np.asarray(one_plans.batch), np.asarray(two_plans.batch))
     for i, p in enumerate(hj.hardware.unstack(ps)):
         plan, s = ex.optimal_score(g, p, BATCHES)
-        assert s == one[i]
+        # the same plan; the score up to the last bit, which the suite's XLA flags may round
+        # differently in the vmapped evaluation (bit for bit under the default flags:
+        # test_exact_many's xla_default tests)
+        np.testing.assert_allclose(s, one[i], rtol=1e-6)
         np.testing.assert_array_equal(
             np.asarray(plan.placement), np.asarray(one_plans.placement[i])
         )
