@@ -481,15 +481,8 @@ def _simulate_chunk(graph: LayerGraph, platform: Platform, placement, batch, fmt
     extra = {}
     if fmt is not None or coded:  # cost model 2.0: quality loss, codec feasibility
         crossed = None
-        if coded:  # per op: its output crossed a link; and to a device without a codec
-            arrival = out.arrival.reshape(n, d_max, c)
-            cbw_zero = _col(platform.codec_bw, 1) <= 0  # [D, .]
-            out_crossed = to_codecless = jnp.zeros((n, c), bool)
-            for d in range(d_max):
-                sent_there = (arrival[:, d] >= 0) & (dev != d)
-                out_crossed = out_crossed | sent_there
-                to_codecless = to_codecless | (sent_there & cbw_zero[d])
-            crossed = (out_crossed, to_codecless)
+        if coded:  # op p's output is on device d once it was sent there
+            crossed = _crossings(platform, dev, out.arrival.reshape(n, d_max, c) >= 0)
         done = {}
         if fmt_in_scan:
             done["fmt"] = out.fmt_max
@@ -519,9 +512,28 @@ def _block_max(graph: LayerGraph, per_op, m_max: int):
 
 def _op_losses(graph: LayerGraph, table, index):
     """Each op's loss (points, f[N, C]) under its choice index int32[N, C] from a block
-    table f[M, 3] (or [M, 3, C] per plan) with one block per op shared by the plans."""
+    table f[M, 3] (or [M, 3, C] per plan); blocks shared by the plans or per plan."""
     tab = _col(table, 2)  # [M, 3, .]
-    return _by_index(index, [tab[:, q][graph.block] for q in range(tab.shape[1])], 0.0)
+    if graph.block.ndim == 1:  # one row per op, shared by the plans: [N, .]
+        rows = [tab[:, q][graph.block] for q in range(tab.shape[1])]
+    else:  # per-plan blocks: a gather per element
+        m_max, c = tab.shape[0], index.shape[-1]
+        rows = [jnp.take_along_axis(jnp.broadcast_to(tab[:, q], (m_max, c)), graph.block, 0)
+                for q in range(tab.shape[1])]  # fmt: skip
+    return _by_index(index, rows, 0.0)
+
+
+def _crossings(platform: Platform, dev, sent_to):
+    """Per op, from sent_to bool[N, D, C] (op p's output is on device d; its own device's
+    entry is ignored) and run devices dev int32[N, C]: (its output crossed a link, it crossed
+    to a device without a codec), bool[N, C] each; one pass per device, no [N, D, C] work."""
+    cbw_zero = _col(platform.codec_bw, 1) <= 0  # [D, .]
+    out_crossed = to_codecless = jnp.zeros(dev.shape, bool)
+    for d in range(sent_to.shape[1]):
+        sent_there = sent_to[:, d] & (dev != d)
+        out_crossed = out_crossed | sent_there
+        to_codecless = to_codecless | (sent_there & cbw_zero[d])
+    return out_crossed, to_codecless
 
 
 def _max_row(table, row, values):
@@ -533,8 +545,9 @@ def _max_row(table, row, values):
 def _quality(graph: LayerGraph, platform: Platform, fmt, code, dev, crossed, done=None) -> dict:
     """Cost model 2.0's quality loss (points, f[C]) and codec feasibility (bool[C]) of C plans.
 
-    fmt, code int32[N, C] or None; dev int32[N, C] run devices; crossed bool[N, D, C]: op p's
-    output was sent to device d (None without codes). A block is charged fmt_loss[j, q] for
+    fmt, code int32[N, C] or None; dev int32[N, C] run devices; crossed: `_crossings` of the
+    plans (None without codes); done: {"fmt": f[M, C]} each block's largest format loss where
+    the simulator's scan kept it. A block is charged fmt_loss[j, q] for
     its format and, if an output of one of its ops crossed a link, code_loss[j, k] for its
     code (SPEC). With formats
     or codes given per op and differing inside a block, the block is charged the largest of
@@ -545,11 +558,8 @@ def _quality(graph: LayerGraph, platform: Platform, fmt, code, dev, crossed, don
     n, c = dev.shape
     total = jnp.zeros((c,), _col(graph.fmt_loss, 2).dtype)
     done = done or {}
-    if isinstance(crossed, tuple):  # (output crossed, crossed to a device without codec) [N, C]
+    if crossed is not None:
         out_crossed, to_codecless = crossed
-    elif crossed is not None:  # [N, D, C]
-        out_crossed = jnp.any(crossed, axis=1)
-        to_codecless = jnp.any(crossed & (_col(platform.codec_bw, 1) <= 0)[None], axis=1)
     for name, table, index in (("fmt", graph.fmt_loss, fmt), ("code", graph.code_loss, code)):
         if index is None:
             continue
@@ -557,13 +567,7 @@ def _quality(graph: LayerGraph, platform: Platform, fmt, code, dev, crossed, don
             block = jnp.where(_col(graph.block_mask, 1), jnp.maximum(done[name], 0.0), 0.0)
             total = total + _sum_tree(block)
             continue
-        tab = _col(table, 2)  # [M, 3, .]; column 0 is 0 (validated)
-        if graph.block.ndim == 1:  # one row per op, shared by the plans: [N, 3, .]
-            rows = [tab[:, q][graph.block] for q in range(tab.shape[1])]
-        else:  # per-plan blocks: a gather per element
-            rows = [jnp.take_along_axis(jnp.broadcast_to(tab[:, q], (m_max, c)), graph.block, 0)
-                    for q in range(tab.shape[1])]  # fmt: skip
-        per_op = _by_index(index, rows, 0.0)
+        per_op = _op_losses(graph, table, index)  # column 0 is 0 (validated)
         if index is code:  # a code costs only where the output crosses
             per_op = jnp.where(out_crossed, per_op, 0.0)
         total = total + _sum_tree(_block_max(graph, per_op, m_max))

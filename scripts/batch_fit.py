@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from gap_breakdown import at_every_batch, forced_greedy  # scripts/, beside this file
 
 import hetjax as hj
 from hetjax.agents import ppo
@@ -67,21 +68,14 @@ def main(argv=None) -> dict:
     template = ppo.init_runner(setup, jax.random.key(config.seed))
     runner, _ = load_checkpoint(args.run / "best.msgpack", template)
     k = len(config.batches)
-    forced = jax.jit(lambda p, key, pl, b: ppo.greedy_rollout(setup, p, key, pl, first_action=b)[0])
-
-    def at_every_batch(params, key, platforms, n):
-        return np.stack(
-            [np.asarray(forced(params, key, platforms, jnp.full(n, b, jnp.int32)))
-             for b in range(k)], axis=1)  # fmt: skip
+    forced = forced_greedy(setup)
 
     t0 = time.perf_counter()
     fit_key = jax.random.fold_in(jax.random.key(config.seed), 7_000_001)  # unused by training
     train = ppo.sample_platforms(setup, fit_key, args.platforms)
-    scores = at_every_batch(runner.params, jax.random.fold_in(fit_key, 1), train, args.platforms)
+    scores = at_every_batch(forced, runner.params, jax.random.fold_in(fit_key, 1), train, k)
     labels = jnp.asarray(scores.argmax(1), jnp.int32)
-    _, acts = jax.jit(lambda p, key, pl, b: ppo.greedy_rollout(setup, p, key, pl, first_action=b))(
-        runner.params, jax.random.fold_in(fit_key, 1), train, labels
-    )
+    _, acts = forced(runner.params, jax.random.fold_in(fit_key, 1), train, labels)
     traj = jax.jit(lambda pl, a: _episode_obs(setup, pl, jax.random.fold_in(fit_key, 2), a))(
         train, acts
     )  # [T, E]: the episodes at the best batches
@@ -127,7 +121,7 @@ def main(argv=None) -> dict:
            "train_label_counts": np.bincount(np.asarray(labels), minlength=k).tolist()}  # fmt: skip
     for name, params in (("before", runner.params), ("after", fitted)):
         greedy, actions = ppo.greedy_rollout(setup, params, jax.random.fold_in(key, 1), held)
-        every = at_every_batch(params, jax.random.fold_in(key, 1), held, args.held_out)
+        every = at_every_batch(forced, params, jax.random.fold_in(key, 1), held, k)
         doc[name] = {
             "greedy_mean_gap_pct": float(gap_pct(np.asarray(greedy), optimum).mean()),
             "greedy_within_1pct": float(np.mean(gap_pct(np.asarray(greedy), optimum) <= 1.0)),

@@ -162,17 +162,22 @@ AGENT_LABELS = {"policy_greedy": "PPO policy: greedy plan alone"}
 def agent() -> tuple[Row, list[Row]]:
     """`make demo`'s report.json: zero-shot gaps on the held-out platforms (the policy and the
     six best baselines; every baseline is in the file and in docs/agent.md)."""
-    held = load(DEMO_REPORT)["held_out"]
     head = ["method", "mean gap to optimum %", "median %", "within 1 %", "simulations / platform"]
+    return head, _gap_rows(load(DEMO_REPORT)["held_out"], 6, bold=True)
+
+
+def _gap_rows(held: dict, n_baselines: int, *, bold: bool) -> list[Row]:
+    """A report's held-out gap rows: the policy, its greedy plan, the n best baselines."""
     methods = [("policy", held["policy"]), ("policy_greedy", held["policy_greedy"])]
     methods += sorted(
         held["baselines"].items(), key=lambda kv: (_num(kv[1]["mean_gap_pct"]), kv[0])
-    )[:6]
+    )[:n_baselines]
     rows = []
     for name, r in methods:
         label = AGENT_LABELS.get(name, name)
         if name == "policy":
-            label = f"**PPO policy: best of greedy + {r['simulations'] - 1} samples**"
+            label = f"PPO policy: best of greedy + {r['simulations'] - 1} samples"
+            label = f"**{label}**" if bold else label
         rows.append(
             [
                 label,
@@ -182,7 +187,7 @@ def agent() -> tuple[Row, list[Row]]:
                 str(r["simulations"]),
             ]
         )
-    return head, rows
+    return rows
 
 
 def agent_budget() -> tuple[Row, list[Row]]:
@@ -299,21 +304,9 @@ def formats_agent() -> tuple[Row, list[Row]]:
     """The report.json of `hetjax train --formats --compression --quality-budget 1.0`: the
     policy and the three best baselines on the held-out platforms, against the exact optimum
     with formats and codes."""
-    held = load(FORMATS_RUN)["held_out"]
     head = ["method (formats and codes, budget 1 point)", "mean gap %", "median %",
             "within 1 %", "simulations / platform"]  # fmt: skip
-    methods = [("policy", held["policy"]), ("policy_greedy", held["policy_greedy"])]
-    methods += sorted(
-        held["baselines"].items(), key=lambda kv: (_num(kv[1]["mean_gap_pct"]), kv[0])
-    )[:3]
-    rows = []
-    for name, r in methods:
-        label = AGENT_LABELS.get(name, name)
-        if name == "policy":
-            label = f"PPO policy: best of greedy + {r['simulations'] - 1} samples"
-        rows.append([label, f_fixed(_num(r["mean_gap_pct"]), 2), f_fixed(r["median_gap_pct"], 2),
-                     f_share(r["within_1pct"]), str(r["simulations"])])  # fmt: skip
-    return head, rows
+    return head, _gap_rows(load(FORMATS_RUN)["held_out"], 3, bold=False)
 
 
 TABLES: dict[str, Callable[[], tuple[Row, list[Row]]]] = {

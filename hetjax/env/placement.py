@@ -31,6 +31,7 @@ from hetjax.cost import (
     Metrics,
     Plan,
     _by_index,
+    _crossings,
     _device_terms,
     _format_bytes,
     _metrics,
@@ -307,6 +308,7 @@ def _exact_metrics(graph, platform, block_placement, batch, sched, fmt=None, cod
                 .at[jnp.broadcast_to(pred[..., None], to.shape), to, 0]
                 .set(True)[:, :d_max]
             )
+            crossed = _crossings(platform, dev, crossed)
         extra = _quality(graph, platform, op_fmt, op_code, dev, crossed)
         extra["params"] = _format_bytes(graph, op_fmt)
     m = _metrics(
