@@ -1,19 +1,14 @@
-"""Fit a trained policy's batch step to its own placements, without any teacher (an experiment).
+"""Fit a trained policy's batch step to its own placements and measure it on held-out platforms.
 
     .venv/bin/python scripts/batch_fit.py --run RUN [--platforms 2048] [--steps 400] [--keep 10]
+                                          [--minibatch N]
 
-`scripts/gap_breakdown.py` found that a policy trained from scratch places well once it has the
-right batch (1.6% at the optimum's batch) but picks the batch poorly (5.2 of its 6.9 points).
-This script gives each of `--platforms` freshly sampled training platforms (a PRNG stream the
-run never used, not the held-out one) every batch in turn, lets the greedy policy place the
-blocks, simulates each plan (the environment's own score: no exact solver), and trains the first
-step's logits by cross-entropy towards the batch whose greedy plan scored best, plus `--keep`
-times the KL divergence of the block steps' action distributions from the policy's own before
-the fit (on the episodes at those best batches), so the placement stays as it was: the network
-is shared between the two, and the batch term alone moved the placement from 1.6% to 19% off
-(Adam, full batch, `--steps` steps). Then it reports, on the run's held-out platforms (the
-report's PRNG stream), the greedy policy's gap to the exact optimum before and after, and the
-gap of the greedy placement at the optimum's batch (the placement part) before and after. Writes
+Runs `hetjax.agents.batch_fit.make_batch_fit` (the phase `hetjax train --teacher none` runs
+after PPO; no teacher, no exact solver: see its docstring) on the run's selected policy
+(best.msgpack) with the trainer's key stream, then reports, on the run's held-out platforms (the
+report's PRNG stream), the greedy policy's gap to the exact optimum before and after, and the gap
+of the greedy placement at the optimum's batch (the placement part) before and after. An
+experiment for tuning the fit's settings on a finished run without training again. Writes
 RUN/batch_fit.json.
 """
 
@@ -25,33 +20,15 @@ import time
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import numpy as np
-import optax
 from gap_breakdown import at_every_batch, forced_greedy  # scripts/, beside this file
 
 import hetjax as hj
 from hetjax.agents import ppo
+from hetjax.agents.batch_fit import make_batch_fit
 from hetjax.agents.trainer import key_streams, load_checkpoint
 from hetjax.compare import gap_pct
 from hetjax.io import write_json
-
-
-def _episode_obs(setup, platforms, key, actions):
-    """Observations [T, E] of the episodes that take `actions` int32[T, E] on `platforms`."""
-    c = setup.config
-    params = jax.vmap(
-        lambda p: setup.env.make_params(setup.graph, p, weights=c.weights, batches=c.batches)
-    )(platforms)
-    n = actions.shape[1]
-    obs, state = jax.vmap(setup.env.reset)(jax.random.split(key, n), params)
-
-    def step(carry, a):
-        obs, state = carry
-        out = jax.vmap(setup.env.step)(jax.random.split(key, n), state, a, params)
-        return (out[0], out[1]), obs
-
-    return jax.lax.scan(step, (obs, state), actions)[1]
 
 
 def main(argv=None) -> dict:
@@ -62,52 +39,29 @@ def main(argv=None) -> dict:
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--held-out", type=int, default=256)
     ap.add_argument("--keep", type=float, default=10.0, help="weight of the placement KL term")
+    ap.add_argument("--minibatch", type=int, default=None, help="episodes per step (all)")
+    ap.add_argument("--samples", type=int, default=0, help="clone the best of K samples")
+    ap.add_argument("--rounds", type=int, default=1, help="fits one after another")
+    ap.add_argument("--temperature", type=float, default=0.0, help="soft batch targets (pts)")
+    ap.add_argument("--start", default="best.msgpack", help="the checkpoint to fit")
     args = ap.parse_args(argv)
     config = ppo.PPOConfig.from_dict(json.loads((args.run / "config.json").read_text())["ppo"])
     setup = ppo.make_setup(config)
     template = ppo.init_runner(setup, jax.random.key(config.seed))
-    runner, _ = load_checkpoint(args.run / "best.msgpack", template)
+    runner, _ = load_checkpoint(args.run / args.start, template)
     k = len(config.batches)
     forced = forced_greedy(setup)
 
     t0 = time.perf_counter()
-    fit_key = jax.random.fold_in(jax.random.key(config.seed), 7_000_001)  # unused by training
-    train = ppo.sample_platforms(setup, fit_key, args.platforms)
-    scores = at_every_batch(forced, runner.params, jax.random.fold_in(fit_key, 1), train, k)
-    labels = jnp.asarray(scores.argmax(1), jnp.int32)
-    _, acts = forced(runner.params, jax.random.fold_in(fit_key, 1), train, labels)
-    traj = jax.jit(lambda pl, a: _episode_obs(setup, pl, jax.random.fold_in(fit_key, 2), a))(
-        train, acts
-    )  # [T, E]: the episodes at the best batches
-    old = jax.nn.log_softmax(
-        jnp.where(traj.action_mask, ppo.policy_apply(setup, runner.params, traj)[0], -1e9)
-    )
-    block = jnp.arange(traj.action_mask.shape[0])[:, None] >= 1  # [T, 1] the block steps
-
-    def loss(params):
-        logits = jnp.where(traj.action_mask, ppo.policy_apply(setup, params, traj)[0], -1e9)
-        logp = jax.nn.log_softmax(logits)
-        ce = -jnp.mean(jnp.take_along_axis(logp[0], labels[:, None], 1))
-        kl = jnp.sum(jnp.where(traj.action_mask, jnp.exp(old) * (old - logp), 0.0), -1)
-        return ce + args.keep * jnp.sum(jnp.where(block, kl, 0.0)) / jnp.sum(
-            block * jnp.ones_like(kl)
-        )
-
-    opt = optax.adam(args.lr)
-
-    @jax.jit
-    def fit(params):
-        def one(carry, _):
-            p, s = carry
-            value, g = jax.value_and_grad(loss)(p)
-            upd, s = opt.update(g, s, p)
-            return (optax.apply_updates(p, upd), s), value
-
-        (p, _), curve = jax.lax.scan(one, (params, opt.init(params)), None, length=args.steps)
-        return p, curve
-
-    fitted, curve = fit(runner.params)
-    fit_s = time.perf_counter() - t0
+    fit = make_batch_fit(setup, platforms=args.platforms, steps=args.steps, keep=args.keep,
+                         lr=args.lr, minibatch=args.minibatch, samples=args.samples,
+                         temperature=args.temperature)  # fmt: skip
+    fitted, jfit = runner.params, jax.jit(fit)
+    for r in range(args.rounds):
+        fitted, info = jfit(fitted, jax.random.fold_in(key_streams(config.seed)["batch_fit"], r))
+    jax.block_until_ready(fitted)
+    fit_s = time.perf_counter() - t0  # compiling included
+    curve, labels = np.asarray(info.loss), np.asarray(info.labels)
 
     key = key_streams(config.seed)["held_out"]
     held = ppo.sample_platforms(setup, key, args.held_out)
@@ -116,7 +70,10 @@ def main(argv=None) -> dict:
     optimum = per_batch.max(1)
     best_b = per_batch.argmax(1)
     doc = {"run": str(args.run), "platforms": args.platforms, "steps": args.steps,
-           "lr": args.lr, "keep": args.keep, "held_out": args.held_out, "fit_wall_s": fit_s,
+           "lr": args.lr, "keep": args.keep, "minibatch": args.minibatch,
+           "samples": args.samples, "rounds": args.rounds,
+           "temperature": args.temperature, "start": args.start,
+           "held_out": args.held_out, "fit_wall_s": fit_s,
            "loss_first_last": [float(curve[0]), float(curve[-1])],
            "train_label_counts": np.bincount(np.asarray(labels), minlength=k).tolist()}  # fmt: skip
     for name, params in (("before", runner.params), ("after", fitted)):

@@ -89,6 +89,7 @@ CASES = [
     (["train", "--formats", "--teacher", "none", "--delta", "nan"], ["--delta", "nan"]),
     (["train", "--formats"], ["--teacher", "exact", "none"]),
     (["train", "--best-of", "-1"], ["--best-of", "-1"]),
+    (["train", "--teacher", "none", "--batch-fit", "-1"], ["--batch-fit", "-1"]),
     (["train", "--seed", "-1"], ["--seed", "-1"]),
     (["train", "--seq-len", "0"], ["--seq-len", "0"]),
     (["train", "--platform", "moon"], ["--platform", "moon"]),

@@ -145,6 +145,18 @@ class PPOConfig:
     codes: int = 1
     delta: float = 0.0
     quality_budget: float | None = None
+    # after PPO, fit the batch step (the first action) to the policy's own greedy placements on
+    # `batch_fit_platforms` fresh platforms (agents.batch_fit; no teacher, no exact solver):
+    # `batch_fit_steps` Adam steps of `batch_fit_minibatch` episodes at `batch_fit_lr`; the
+    # block steps weigh `batch_fit_keep` and either keep their distributions (KL) or, with
+    # `batch_fit_samples` > 0, clone the best of the greedy plan and that many sampled plans;
+    # validation keeps the fitted policy only if it is better. 0 platforms = off
+    batch_fit_platforms: int = 0
+    batch_fit_steps: int = 800
+    batch_fit_minibatch: int = 512
+    batch_fit_samples: int = 0
+    batch_fit_keep: float = 10.0
+    batch_fit_lr: float = 1e-3
 
     def __post_init__(self):
         _check_config(self)
@@ -181,7 +193,8 @@ FROM_SCRATCH = {
     "imitation_teacher": "none", "imitation_steps": 0, "bc_coef": 0.0,
     "encoder": "episode", "width": 64, "head_width": 64,
     "advantage": "group_mean", "group_size": 8, "lr": 1e-3, "ent_coef": 0.01, "epsilon": 0.05,
-    "num_envs": 1024, "num_updates": 300, "num_minibatches": 4, "update_epochs": 2,
+    "num_envs": 1024, "num_updates": 600, "num_minibatches": 4, "update_epochs": 2,
+    "batch_fit_platforms": 4096, "batch_fit_steps": 3200, "batch_fit_samples": 16,
 }  # fmt: skip
 TEACHERS = ("exact", "none")  # besides every name in hj.baselines.STRATEGIES
 
@@ -190,10 +203,12 @@ _INTS = {  # field: smallest value
     "seq_len": 1, "num_envs": 1, "num_updates": 0, "update_epochs": 1, "num_minibatches": 1,
     "imitation_steps": 0, "imitation_platforms": 1, "imitation_batch": 1, "dagger_rounds": 0,
     "dagger_platforms": 1, "dagger_steps": 1, "width": 1, "heads": 1, "layers": 1,
-    "head_width": 1, "group_size": 1, "formats": 1, "codes": 1,
+    "head_width": 1, "group_size": 1, "formats": 1, "codes": 1, "batch_fit_platforms": 0,
+    "batch_fit_steps": 1, "batch_fit_minibatch": 1, "batch_fit_samples": 0,
 }  # fmt: skip
-_POSITIVE = ("clip_eps", "max_grad_norm", "lr", "imitation_lr")
-_NON_NEGATIVE = ("vf_coef", "ent_coef", "imitation_vf_coef", "bc_coef", "shaping", "delta")
+_POSITIVE = ("clip_eps", "max_grad_norm", "lr", "imitation_lr", "batch_fit_lr")
+_NON_NEGATIVE = ("vf_coef", "ent_coef", "imitation_vf_coef", "bc_coef", "shaping", "delta",
+                 "batch_fit_keep")  # fmt: skip
 _UNIT = ("gamma", "gae_lambda")  # in [0, 1]
 
 
@@ -281,7 +296,7 @@ LEGACY_DEFAULTS = {"bc_coef": 0.0, "imitation_ties": "as_solved", "models": (), 
                    "d_max": 0, "shaping": 0.0, "ent_coef_end": None,
                    "load_features": False, "batch_epsilon": None,
                    "platforms": (), "formats": 1, "codes": 1, "delta": 0.0,
-                   "quality_budget": None}  # fmt: skip
+                   "quality_budget": None, "batch_fit_platforms": 0}  # fmt: skip
 
 
 class Transition(NamedTuple):

@@ -21,14 +21,15 @@ import jax.numpy as jnp
 import numpy as np
 from flax import serialization
 
-from hetjax.agents import dagger, ppo, teachers
+from hetjax.agents import batch_fit, dagger, ppo, teachers
 from hetjax.errors import CheckpointError
 from hetjax.io import atomic_write_bytes, write_csv, write_json
 
 __all__ = ["Trainer", "key_streams", "save_checkpoint", "load_checkpoint"]
 
 # Independent PRNG streams, so training never sees a validation or held-out platform.
-_STREAMS = {"train": 0, "teacher": 1, "validation": 2, "held_out": 3, "rollout": 4, "dagger": 5}
+_STREAMS = {"train": 0, "teacher": 1, "validation": 2, "held_out": 3, "rollout": 4, "dagger": 5,
+            "batch_fit": 6}  # fmt: skip
 
 
 def key_streams(seed: int) -> dict[str, jax.Array]:
@@ -177,9 +178,10 @@ class Trainer:
             runner, extra = load_checkpoint(ckpt, template)
             rows = extra["rows"]
             imitation_done = extra["imitation_done"]
+            fit_done = extra.get("batch_fit_done", False)
             best_gap = extra.get("best_val_gap_pct", float("inf"))  # the selection criterion
         else:
-            runner, imitation_done = template, False
+            runner, imitation_done, fit_done = template, False, False
         what = (
             "validation platforms (no teacher: no exact optima)"
             if c.imitation_teacher == "none"
@@ -205,12 +207,13 @@ class Trainer:
                 best_gap = min(criterion(m), best_gap)
                 save_checkpoint(best_path, runner, {**m, "update": int(runner.update)})
 
-        def checkpoint(runner, m, *copies):
-            """The best runner first, then `copies` of the checkpoint, then the checkpoint
-            itself: a kill between two writes never loses a file the resumed run will not
-            write again (each write is atomic)."""
-            keep_if_best(runner, m)
-            extra = {"rows": rows, "imitation_done": imitation_done, "best_val_gap_pct": best_gap}
+        def checkpoint(runner, m, *copies, candidate=None):
+            """The best runner first (`candidate`, default `runner`, if it is the best), then
+            `copies` of the checkpoint, then the checkpoint itself: a kill between two writes
+            never loses a file the resumed run will not write again (each write is atomic)."""
+            keep_if_best(runner if candidate is None else candidate, m)
+            extra = {"rows": rows, "imitation_done": imitation_done, "best_val_gap_pct": best_gap,
+                     "batch_fit_done": fit_done}  # fmt: skip
             for path in (*copies, ckpt):
                 save_checkpoint(path, runner, extra)
             write_csv(self.out / "metrics.csv", _uniform(rows))
@@ -291,6 +294,28 @@ class Trainer:
                 val = (f"val gap {row['val_gap_pct']:.2f}%" if "val_gap_pct" in row
                        else f"val score {row['val_score']:.4f}")  # fmt: skip
                 bar.update(task, advance=length, status=f"score {m['score']:.3f}  {val}")
+        finished = int(runner.update) >= c.num_updates
+        if c.batch_fit_platforms > 0 and finished and not fit_done:
+            # the selected policy's batch step fitted to its own placements; kept (best.msgpack)
+            # only if validation says it is better, like any chunk
+            start, _ = load_checkpoint(best_path, template)
+            fit = batch_fit.make_batch_fit(
+                self.setup, platforms=c.batch_fit_platforms, steps=c.batch_fit_steps,
+                keep=c.batch_fit_keep, lr=c.batch_fit_lr, minibatch=c.batch_fit_minibatch,
+                samples=c.batch_fit_samples,
+            )  # fmt: skip
+            with _status(progress, f"batch fit: {c.batch_fit_platforms} platforms x "
+                         f"{len(c.batches)} batches, {c.batch_fit_steps} steps"):  # fmt: skip
+                params, info = jax.jit(fit)(start.params, self.keys["batch_fit"])
+                loss = np.asarray(info.loss)
+            counts = np.bincount(np.asarray(info.labels), minlength=len(c.batches))
+            row = {"update": int(start.update), "phase": "batch fit",
+                   "batch_fit_loss_first": float(loss[0]), "batch_fit_loss": float(loss[-1]),
+                   "batch_fit_labels": " ".join(str(int(x)) for x in counts),
+                   **validate(params), "wall_s": time.perf_counter() - t_start}  # fmt: skip
+            rows.append(row)
+            fit_done = True
+            checkpoint(runner, row, candidate=start._replace(params=params))
         return runner, rows
 
     def best(self) -> tuple[ppo.RunnerState, dict]:

@@ -93,6 +93,13 @@ def train_cmd(
     delta: Annotated[
         float | None, typer.Option(help="score lost per accuracy point (default 0)")
     ] = None,
+    batch_fit: Annotated[
+        int | None,
+        typer.Option(
+            help="after PPO, fit the batch step to the policy's own placements on N fresh "
+            "platforms (0 = off; default: --teacher none 4096, else off)"
+        ),
+    ] = None,
     held_out: Annotated[int, typer.Option(help="held-out platforms")] = 256,
     chunk: Annotated[
         int | None,
@@ -131,7 +138,7 @@ def train_cmd(
                         ("--bc-coef", bc_coef, 0.0), ("--dagger-rounds", dagger_rounds, 0),
                         ("--held-out", held_out, 1), ("--chunk", chunk, 1),
                         ("--best-of", best_of, 0), ("--seed", seed, 0),
-                        ("--seq-len", seq_len, 1)]:  # fmt: skip
+                        ("--seq-len", seq_len, 1), ("--batch-fit", batch_fit, 0)]:  # fmt: skip
         checks.at_least(opt, v, low)
     checks.in_range("--epsilon", epsilon, 0.0, 1.0, high_open=True)
     checks.at_least("--quality-budget", quality_budget, 0.0)
@@ -173,7 +180,8 @@ def train_cmd(
                  epsilon=epsilon, batch_epsilon=batch_epsilon, bc_coef=bc_coef,
                  dagger_rounds=dagger_rounds, advantage=advantage, encoder=encoder,
                  formats=3 if formats else None, codes=3 if compression else None,
-                 delta=delta, quality_budget=quality_budget)  # fmt: skip
+                 delta=delta, quality_budget=quality_budget,
+                 batch_fit_platforms=batch_fit)  # fmt: skip
     extra = _names(models)
     # --teacher none: the from-scratch settings; options given here still win
     settings = dict(FROM_SCRATCH) if teacher == "none" else {"imitation_teacher": teacher}

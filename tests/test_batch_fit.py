@@ -1,0 +1,90 @@
+"""The batch step fitted to the policy's own placements (`agents.batch_fit`): the scores it fits
+to are the forced greedy rollouts', the fit moves the batch step towards the best batch and
+leaves the placement where it was, and the trainer runs it once, after PPO, keeping it only if
+validation says so."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import hetjax as hj
+from hetjax.agents import batch_fit, ppo
+from hetjax.agents.trainer import Trainer
+
+CONFIG = ppo.PPOConfig(
+    model="bert-tiny", seq_len=16, num_envs=8, num_updates=2, num_minibatches=2,
+    update_epochs=2, imitation_steps=0, bc_coef=0.0, imitation_teacher="none",
+    encoder="episode", width=16, head_width=16,
+)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def setup():
+    return ppo.make_setup(CONFIG)
+
+
+@pytest.fixture(scope="module")
+def params(setup):
+    return jax.jit(lambda k: ppo.init_runner(setup, k))(jax.random.key(0)).params
+
+
+def test_batch_scores_are_the_forced_greedy_rollouts(setup, params):
+    plats = ppo.sample_platforms(setup, jax.random.key(1), 6)
+    key = jax.random.key(2)
+    scores = np.asarray(jax.jit(lambda p: batch_fit.batch_scores(setup, p, key, plats))(params))
+    assert scores.shape == (6, len(CONFIG.batches))
+    forced = jax.jit(lambda p, b: ppo.greedy_rollout(setup, p, key, plats, first_action=b)[0])
+    for b in range(len(CONFIG.batches)):
+        np.testing.assert_allclose(scores[:, b], forced(params, jnp.full(6, b, jnp.int32)),
+                                   rtol=1e-6)  # fmt: skip
+
+
+def test_the_fit_learns_the_best_batch_and_keeps_the_placement(setup, params):
+    n, key = 32, jax.random.key(3)
+    fit = jax.jit(batch_fit.make_batch_fit(setup, platforms=n, steps=150, lr=3e-3))
+    fitted, info = fit(params, key)
+    loss = np.asarray(info.loss)
+    assert loss.shape == (150,) and np.isfinite(loss).all()
+    assert loss[-1] < 0.5 * loss[0], loss[[0, -1]]
+    labels = np.asarray(info.labels)
+    np.testing.assert_array_equal(labels, np.asarray(info.scores).argmax(1))
+    # the fit's own platforms and keys (make_batch_fit's split), so the labels apply
+    k_plat, k_roll = jax.random.split(key)
+    plats = ppo.sample_platforms(setup, k_plat, n)
+    greedy = jax.jit(lambda p, b: ppo.greedy_rollout(setup, p, k_roll, plats, first_action=b))
+    before, after = greedy(params, None)[1], greedy(fitted, None)[1]
+    hit = lambda a: float(np.mean(np.asarray(a)[0] == labels))  # noqa: E731
+    assert hit(after) >= 0.8 and hit(after) > hit(before), (hit(before), hit(after))
+    # at the labelled batches, the greedy placement is (nearly) the one before the fit
+    b = jnp.asarray(labels)
+    same = np.mean(np.asarray(greedy(params, b)[1])[1:] == np.asarray(greedy(fitted, b)[1])[1:])
+    assert same >= 0.9, same
+
+
+def test_the_trainer_fits_once_after_ppo_and_validation_decides(tmp_path):
+    cfg = dataclasses.replace(CONFIG, num_updates=2, batch_fit_platforms=16, batch_fit_steps=10)
+    trainer = Trainer(cfg, tmp_path, chunk=1, validation=8)
+    _, rows = trainer.run(progress=False)
+    assert [r["phase"] for r in rows] == ["ppo", "ppo", "batch fit"]
+    fit_row = rows[-1]
+    assert fit_row["update"] in (1, 2)  # it starts from the selected PPO chunk
+    assert sum(int(x) for x in fit_row["batch_fit_labels"].split()) == 16
+    _, selected = trainer.best()
+    assert selected["val_score"] == max(r["val_score"] for r in rows)
+    # a resumed finished run does not fit again
+    _, again = Trainer(cfg, tmp_path, chunk=1, validation=8).run(resume=True, progress=False)
+    assert again == rows
+
+
+def test_batch_fit_fields_are_checked_and_old_configs_load_without_a_fit():
+    with pytest.raises(hj.PlanError, match="batch_fit_platforms = -1"):
+        dataclasses.replace(CONFIG, batch_fit_platforms=-1)
+    with pytest.raises(hj.PlanError, match="batch_fit_lr"):
+        dataclasses.replace(CONFIG, batch_fit_lr=0.0)
+    old = {k: v for k, v in ppo.PPOConfig(**ppo.FROM_SCRATCH).to_dict().items()
+           if not k.startswith("batch_fit")}  # fmt: skip
+    assert ppo.PPOConfig.from_dict(old).batch_fit_platforms == 0
+    assert ppo.PPOConfig(**ppo.FROM_SCRATCH).batch_fit_platforms > 0
