@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 
 import hetjax as hj
-from hetjax.agents import ppo, report
-from hetjax.agents.trainer import Trainer
+from hetjax.agents import ppo
 
 EPISODE = ppo.PPOConfig(
     model="bert-tiny", seq_len=16, num_envs=8, num_updates=2, num_minibatches=2,
@@ -134,20 +133,6 @@ def test_a_tiny_from_scratch_run_learns(advantage):
     assert after <= opt + 1e-6
     assert after - before > 0.3 * (opt - before), (before, after, opt)
     assert np.isfinite(np.asarray(out["metrics"]["score"])).all()
-
-
-def test_without_a_teacher_the_trainer_never_solves_and_selects_by_score(tmp_path):
-    cfg = dataclasses.replace(EPISODE, num_updates=3, imitation_teacher="none")
-    trainer = Trainer(cfg, tmp_path, chunk=1, validation=8)
-    _, rows = trainer.run(progress=False)
-    assert not (tmp_path / "validation.npz").exists() and not (tmp_path / "teacher.npz").exists()
-    assert len(rows) == 3 and all("val_gap_pct" not in r for r in rows)
-    _, selected = trainer.best()
-    assert selected["val_score"] == max(r["val_score"] for r in rows)
-    assert selected["update"] == next(r["update"] for r in rows
-                                      if r["val_score"] == selected["val_score"])  # fmt: skip
-    report.plot_learning_curve(rows, tmp_path / "curve.png")  # plots the validation score
-    assert (tmp_path / "curve.png").stat().st_size > 0
 
 
 def test_teacher_none_refuses_a_teacher_and_unknown_teachers_are_refused():
