@@ -69,13 +69,16 @@ def _replay(setup: ppo.Setup, env_params, actions, key):
 def make_batch_fit(setup: ppo.Setup, *, platforms: int, steps: int, keep: float = 10.0,
                    lr: float = 1e-3, minibatch: int | None = None,
                    samples: int = 0, temperature: float = 0.0):  # fmt: skip
-    """A pure function (net_params, key) -> (net_params, FitInfo): the fit above on `platforms`
-    platforms sampled as training samples them (`ppo.sample_platforms` / `sample_models`);
-    `minibatch` episodes per Adam step (None or >= platforms: all of them)."""
+    """A pure function (net_params, key, keep=keep) -> (net_params, FitInfo): the fit above on
+    `platforms` platforms sampled as training samples them (`ppo.sample_platforms` /
+    `sample_models`); `minibatch` episodes per Adam step (None or >= platforms: all of them).
+    `keep` may also be given per call, a traced scalar (one compilation for several weights,
+    or `jax.vmap` over them)."""
+    keep_default = keep
     mb = platforms if minibatch is None else min(minibatch, platforms)
     per_pass = platforms // mb
 
-    def fit(net_params, key):
+    def fit(net_params, key, keep=keep_default):
         k_plat, k_roll, k_mb = jax.random.split(key, 3)
         plats = ppo.sample_platforms(setup, k_plat, platforms)
         models = ppo.sample_models(setup, k_plat, platforms)

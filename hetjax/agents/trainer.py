@@ -257,14 +257,16 @@ class Trainer:
             for r in range(c.dagger_rounds):
                 teacher = ppo.concat_teachers(teacher, self._dagger(r, None))
             _, _, observe = ppo.make_imitation(self.setup, teacher)
-        demos = jax.jit(lambda: ppo.demo_pairs(observe, teacher))() if c.bc_coef > 0 else None
-        update = ppo.make_update(
-            self.setup, demos, teacher is not None and teacher.weight is not None
-        )
         chunk_fns = {}  # length -> jitted scan of that many updates (the last may be shorter)
 
         def chunk_fn(r, length):
+            if not chunk_fns:  # built on first use: a finished run resumes without compiling
+                demos = jax.jit(lambda: ppo.demo_pairs(observe, teacher))() if c.bc_coef else None
+                chunk_fns["update"] = ppo.make_update(
+                    self.setup, demos, teacher is not None and teacher.weight is not None
+                )
             if length not in chunk_fns:
+                update = chunk_fns["update"]
                 scan = lambda r: jax.lax.scan(lambda r, _: update(r), r, None, length=length)  # noqa: E731
                 chunk_fns[length] = jax.jit(scan)
             return chunk_fns[length](r)
