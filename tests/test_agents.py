@@ -6,7 +6,6 @@ The tests that compile the training loop use a tiny config (bert-tiny, 8 environ
 
 import csv
 import dataclasses
-import importlib.util
 import json
 from pathlib import Path
 
@@ -445,92 +444,6 @@ def test_negative_best_of_is_refused_before_any_rollout(setup):
 
     with pytest.raises(hj.PlanError, match="best_of"):
         report.policy_plan(setup, None, setup.base, best_of=-1)
-
-
-def test_train_job_writes_the_report_and_place_reads_it(tmp_path, monkeypatch):
-    from hetjax import baselines
-    from hetjax.agents import report
-    from hetjax.agents.jobs import load_policy, train_job
-    from hetjax.io import dumps_json
-
-    # fewer budget points than the job's (each compiles a search of its size); the first and
-    # the last are the job's own, the last one the baselines' default sizes
-    monkeypatch.setattr(report, "POLICY_SAMPLES", (0, 16))
-    monkeypatch.setattr(report, "SEARCH_BUDGETS", (report.SEARCH_BUDGETS[0],
-                                                   report.SEARCH_BUDGETS[-1]))  # fmt: skip
-    cfg = dataclasses.replace(TINY, num_updates=2)
-    doc = train_job(cfg, tmp_path, held_out=4, chunk=2, progress=False, validation=4)
-    for name in ("config.json", "report.json", "metrics.csv", "checkpoint.msgpack",
-                 "best.msgpack", "imitation.msgpack", "learning_curve.png",
-                 "load_distribution.png", "budget.png"):  # fmt: skip
-        assert (tmp_path / name).stat().st_size > 0, name
-    held = doc["held_out"]
-    greedy, sampled = held["policy_greedy"], held["policy"]
-    assert held["n"] == 4 and np.isfinite(greedy["mean_gap_pct"])
-    assert greedy["mean_gap_pct"] >= -1e-6  # nothing beats the exact optimum
-    assert (greedy["k"], greedy["simulations"]) == (0, 1)
-    assert (sampled["k"], sampled["simulations"]) == (16, 17)
-    assert -1e-6 <= sampled["mean_gap_pct"] <= greedy["mean_gap_pct"]  # the greedy plan is in it
-    assert set(held["baselines"]) == set(baselines.STRATEGIES)
-    assert held["baselines"]["cem"]["simulations"] == 1536
-    assert held["baselines"]["greedy_eft"]["simulations"] == len(cfg.batches)
-    curve = held["budget"]
-    assert [r["simulations"] for r in curve["policy"]] == [k + 1 for k in report.POLICY_SAMPLES]
-    budgets = [p * i for p, i in report.SEARCH_BUDGETS]
-    assert [r["simulations"] for r in curve["cem"]] == budgets
-    assert [r["simulations"] for r in curve["random_search"]] == budgets
-    # the default budgets are the baseline rows (same key, same sizes)
-    for name in ("cem", "random_search"):
-        assert curve[name][-1]["mean_gap_pct"] == held["baselines"][name]["mean_gap_pct"]
-    assert curve["policy"][0]["mean_gap_pct"] == greedy["mean_gap_pct"]
-    assert curve["policy"][1]["mean_gap_pct"] == sampled["mean_gap_pct"]
-    # nested samples (the first K of the same split key): more samples are never worse
-    curve_gaps = [r["mean_gap_pct"] for r in curve["policy"]]
-    assert all(b <= a + 1e-6 for a, b in zip(curve_gaps, curve_gaps[1:], strict=False))
-    assert all(r["mean_gap_pct"] >= -1e-6 for rows in curve.values() for r in rows)
-    preset = doc["preset"]
-    assert preset["simulations"] == 17
-    assert -1e-6 <= preset["gap_pct"] <= preset["greedy_gap_pct"] + 1e-6
-    assert doc["training"]["selected_update"] in (0, 2)
-    config, params = load_policy(tmp_path)
-    assert config == cfg and jax.tree.structure(params) is not None
-    for name in ("report.json", "config.json"):  # strict JSON: no bare NaN / Infinity
-        json.loads((tmp_path / name).read_text(), parse_constant=_refuse_constant)
-    assert doc["job"] == {"held_out": 4, "best_of": 16, "budget": True}
-
-    # resuming the finished run trains and reports nothing: the same report, no file rewritten
-    names = ("report.json", "metrics.csv", "checkpoint.msgpack", "best.msgpack", "budget.png")
-    files = {n: (tmp_path / n).read_bytes() for n in names}
-    again = train_job(cfg, tmp_path, resume=True, held_out=4, chunk=2, progress=False, validation=4)
-    assert dumps_json(again) + "\n" == files["report.json"].decode()
-    assert {n: (tmp_path / n).read_bytes() for n in names} == files
-
-    # scripts/gap_breakdown.py: the report's greedy gap, split into batch choice + placement
-    spec = importlib.util.spec_from_file_location(
-        "gap_breakdown", Path(__file__).resolve().parents[1] / "scripts" / "gap_breakdown.py"
-    )
-    gap_breakdown = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gap_breakdown)
-    parts = gap_breakdown.breakdown(tmp_path, 4)
-    assert parts["mean_gap_pct"] == pytest.approx(greedy["mean_gap_pct"], abs=1e-6)
-    assert parts["batch_mean_gap_pct"] >= -1e-6 and parts["placement_mean_gap_pct"] >= -1e-6
-    assert sum(parts["chosen_batch_counts"]) == sum(parts["optimal_batch_counts"]) == 4
-
-    # scripts/clone_more.py: more cloning on the policy's own tie choices
-    spec = importlib.util.spec_from_file_location(
-        "clone_more", Path(__file__).resolve().parents[1] / "scripts" / "clone_more.py"
-    )
-    clone_more = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(clone_more)
-    more = clone_more.run(tmp_path, "self-ties", rounds=1, steps=2, samples=2, n_held=4)
-    first, last = more["rows"]
-    assert first["round"] == 0 and last["round"] == 1
-    assert 0.0 <= last["relabelled"] <= last["tied"] <= 1.0
-    assert all(r[k] >= -1e-6 for r in (first, last) for k in ("validation", "held_out", "teacher"))
-    # it starts from the run's clone: the trainer's validation gap after cloning
-    with open(tmp_path / "metrics.csv") as f:
-        cloned = next(r for r in csv.DictReader(f) if r["phase"] == "imitation")
-    assert first["validation"] == pytest.approx(float(cloned["val_gap_pct"]), abs=1e-6)
 
 
 @pytest.fixture(scope="module")

@@ -1,9 +1,13 @@
-"""A policy trained on one preset applies to any platform with up to `PPOConfig.d_max` devices:
-the observation has d_max device slots whatever the training preset's device count."""
+"""The training job end to end (report, resume, the scripts that read a run, zero-shot), and a
+policy trained on one preset applied to any platform with up to `PPOConfig.d_max` devices: the
+observation has d_max device slots whatever the training preset's device count."""
 
+import csv
 import dataclasses
+import importlib.util
 import json
 import sys
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -19,6 +23,10 @@ TINY = ppo.PPOConfig(
     update_epochs=2, imitation_steps=6, imitation_platforms=4, imitation_batch=16,
     imitation_teacher="greedy_eft", width=16, heads=2, layers=1,
 )  # fmt: skip
+
+
+def _refuse_constant(name):
+    raise ValueError(f"non-standard JSON constant {name}")
 
 
 def _cli(monkeypatch, capsys, *args):
@@ -48,18 +56,106 @@ def test_observation_width_is_d_max_not_the_preset():
         ppo.make_setup(dataclasses.replace(TINY, d_max=-1))
 
 
-def test_policy_trained_on_edge_places_on_host3(tmp_path, monkeypatch, capsys):
-    """Also the ONNX path of train and place: the model is bert-tiny's ONNX export."""
-    from hetjax.agents.jobs import train_job
+def test_train_job_writes_the_report_and_place_reads_it(tmp_path, monkeypatch, capsys):
+    """One training job checked whole (training it is most of the cost, so one job serves):
+    its files, report numbers and budgets, a resume that rewrites nothing, the scripts that
+    read a run, a zero-shot pair, and `place`. The model is bert-tiny's ONNX export, trained
+    around edge and soc (2 devices, padded to d_max = 3): `place` applies it on host3 (3
+    devices), to another ONNX model and to a platform file."""
+    from hetjax import baselines
+    from hetjax.agents import report
+    from hetjax.agents.jobs import load_policy, train_job
+    from hetjax.io import dumps_json
     from hetjax.onnx import export_transformer
 
+    # fewer budget points than the job's (each compiles a search of its size); the first and
+    # the last are the job's own, the last one the baselines' default sizes
+    monkeypatch.setattr(report, "POLICY_SAMPLES", (0, 16))
+    monkeypatch.setattr(report, "SEARCH_BUDGETS", (report.SEARCH_BUDGETS[0],
+                                                   report.SEARCH_BUDGETS[-1]))  # fmt: skip
     onnx = str(export_transformer("bert-tiny", tmp_path / "bert-tiny.onnx"))
+    mini = str(export_transformer("bert-mini", tmp_path / "bert-mini.onnx"))
     run = tmp_path / "run"
     cfg = dataclasses.replace(TINY, model=onnx, platforms=("soc",))  # around edge and soc
-    mini = str(export_transformer("bert-mini", tmp_path / "bert-mini.onnx"))
     zero_shot = {"models": [mini], "presets": ["edge"], "n": 2}  # one pair: the suite's time
-    doc = train_job(cfg, run, held_out=2, chunk=2, progress=False, best_of=0, budget=False,
-                    validation=4, zero_shot=zero_shot)  # fmt: skip
+    doc = train_job(cfg, run, held_out=4, chunk=2, progress=False, validation=4,
+                    zero_shot=zero_shot)  # fmt: skip
+    for name in ("config.json", "report.json", "metrics.csv", "checkpoint.msgpack",
+                 "best.msgpack", "imitation.msgpack", "learning_curve.png",
+                 "load_distribution.png", "budget.png"):  # fmt: skip
+        assert (run / name).stat().st_size > 0, name
+    held = doc["held_out"]
+    greedy, sampled = held["policy_greedy"], held["policy"]
+    assert held["n"] == 4 and np.isfinite(greedy["mean_gap_pct"])
+    assert greedy["mean_gap_pct"] >= -1e-6  # nothing beats the exact optimum
+    assert (greedy["k"], greedy["simulations"]) == (0, 1)
+    assert (sampled["k"], sampled["simulations"]) == (16, 17)
+    assert -1e-6 <= sampled["mean_gap_pct"] <= greedy["mean_gap_pct"]  # the greedy plan is in it
+    assert set(held["baselines"]) == set(baselines.STRATEGIES)
+    assert held["baselines"]["cem"]["simulations"] == 1536
+    assert held["baselines"]["greedy_eft"]["simulations"] == len(cfg.batches)
+    curve = held["budget"]
+    assert [r["simulations"] for r in curve["policy"]] == [k + 1 for k in report.POLICY_SAMPLES]
+    budgets = [p * i for p, i in report.SEARCH_BUDGETS]
+    assert [r["simulations"] for r in curve["cem"]] == budgets
+    assert [r["simulations"] for r in curve["random_search"]] == budgets
+    # the default budgets are the baseline rows (same key, same sizes)
+    for name in ("cem", "random_search"):
+        assert curve[name][-1]["mean_gap_pct"] == held["baselines"][name]["mean_gap_pct"]
+    assert curve["policy"][0]["mean_gap_pct"] == greedy["mean_gap_pct"]
+    assert curve["policy"][1]["mean_gap_pct"] == sampled["mean_gap_pct"]
+    # nested samples (the first K of the same split key): more samples are never worse
+    curve_gaps = [r["mean_gap_pct"] for r in curve["policy"]]
+    assert all(b <= a + 1e-6 for a, b in zip(curve_gaps, curve_gaps[1:], strict=False))
+    assert all(r["mean_gap_pct"] >= -1e-6 for rows in curve.values() for r in rows)
+    preset = doc["preset"]
+    assert preset["simulations"] == 17
+    assert -1e-6 <= preset["gap_pct"] <= preset["greedy_gap_pct"] + 1e-6
+    assert doc["training"]["selected_update"] in (0, 2)
+    assert doc["training"]["selected_phase"] == ("imitation" if doc["training"][
+        "selected_update"] == 0 else "ppo")  # fmt: skip
+    config, params = load_policy(run)
+    assert config == cfg and jax.tree.structure(params) is not None
+    for name in ("report.json", "config.json"):  # strict JSON: no bare NaN / Infinity
+        json.loads((run / name).read_text(), parse_constant=_refuse_constant)
+    assert doc["job"] == {"held_out": 4, "best_of": 16, "budget": True, "zero_shot": zero_shot}
+
+    # resuming the finished run trains and reports nothing: the same report, no file rewritten
+    names = ("report.json", "metrics.csv", "checkpoint.msgpack", "best.msgpack", "budget.png")
+    files = {n: (run / n).read_bytes() for n in names}
+    again = train_job(cfg, run, resume=True, held_out=4, chunk=2, progress=False, validation=4,
+                      zero_shot=zero_shot)  # fmt: skip
+    assert dumps_json(again) + "\n" == files["report.json"].decode()
+    assert {n: (run / n).read_bytes() for n in names} == files
+
+    # scripts/gap_breakdown.py: the report's greedy gap, split into batch choice + placement
+    spec = importlib.util.spec_from_file_location(
+        "gap_breakdown", Path(__file__).resolve().parents[1] / "scripts" / "gap_breakdown.py"
+    )
+    gap_breakdown = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gap_breakdown)
+    parts = gap_breakdown.breakdown(run, 4)
+    assert parts["mean_gap_pct"] == pytest.approx(greedy["mean_gap_pct"], abs=1e-6)
+    assert parts["batch_mean_gap_pct"] >= -1e-6 and parts["placement_mean_gap_pct"] >= -1e-6
+    assert sum(parts["chosen_batch_counts"]) == sum(parts["optimal_batch_counts"]) == 4
+
+    # scripts/clone_more.py: more cloning on the policy's own tie choices
+    spec = importlib.util.spec_from_file_location(
+        "clone_more", Path(__file__).resolve().parents[1] / "scripts" / "clone_more.py"
+    )
+    clone_more = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(clone_more)
+    more = clone_more.run(run, "self-ties", rounds=1, steps=2, samples=2, n_held=4)
+    first, last = more["rows"]
+    assert first["round"] == 0 and last["round"] == 1
+    assert 0.0 <= last["relabelled"] <= last["tied"] <= 1.0
+    assert all(r[k] >= -1e-6 for r in (first, last) for k in ("validation", "held_out", "teacher"))
+    # it starts from the run's clone: the trainer's validation gap after cloning
+    with open(run / "metrics.csv") as f:
+        cloned = next(r for r in csv.DictReader(f) if r["phase"] == "imitation")
+    assert first["validation"] == pytest.approx(float(cloned["val_gap_pct"]), abs=1e-6)
+
+    # the transferred policy
     saved = json.loads((run / "config.json").read_text())["ppo"]
     assert saved["d_max"] == 3 and saved["model"] == onnx and saved["platforms"] == ["soc"]
     # the zero-shot entry: an unseen model on a seen preset

@@ -59,6 +59,8 @@ def train_job(config, out: Path, *, resume: bool = False, held_out: int = 256, c
     doc = {"config": dataclasses.asdict(config), "job": job, "preset": preset, "held_out": held,
            "training": {"updates": int(runner.update), "wall_s": rows[-1]["wall_s"],
                         "selected_update": selected["update"],
+                        # "ppo", "imitation", "dagger N" or "batch fit" (the phase it ended)
+                        "selected_phase": selected.get("phase"),
                         # without a teacher the selection is by validation score (no gap)
                         "selected_val_gap_pct": selected.get("val_gap_pct"),
                         "final_val_gap_pct": rows[-1].get("val_gap_pct"),
