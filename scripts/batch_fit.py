@@ -21,11 +21,10 @@ from pathlib import Path
 
 import jax
 import numpy as np
-from gap_breakdown import at_every_batch, forced_greedy  # scripts/, beside this file
 
 import hetjax as hj
 from hetjax.agents import ppo
-from hetjax.agents.batch_fit import make_batch_fit
+from hetjax.agents.batch_fit import batch_scores, make_batch_fit
 from hetjax.agents.trainer import key_streams, load_checkpoint
 from hetjax.compare import gap_pct
 from hetjax.io import write_json
@@ -50,7 +49,6 @@ def main(argv=None) -> dict:
     template = ppo.init_runner(setup, jax.random.key(config.seed))
     runner, _ = load_checkpoint(args.run / args.start, template)
     k = len(config.batches)
-    forced = forced_greedy(setup)
 
     t0 = time.perf_counter()
     fit = make_batch_fit(setup, platforms=args.platforms, steps=args.steps, keep=args.keep,
@@ -69,6 +67,7 @@ def main(argv=None) -> dict:
                           for b in config.batches], axis=1)  # fmt: skip
     optimum = per_batch.max(1)
     best_b = per_batch.argmax(1)
+    every_batch = jax.jit(lambda p: batch_scores(setup, p, jax.random.fold_in(key, 1), held))
     doc = {"run": str(args.run), "platforms": args.platforms, "steps": args.steps,
            "lr": args.lr, "keep": args.keep, "minibatch": args.minibatch,
            "samples": args.samples, "rounds": args.rounds,
@@ -78,7 +77,7 @@ def main(argv=None) -> dict:
            "train_label_counts": np.bincount(np.asarray(labels), minlength=k).tolist()}  # fmt: skip
     for name, params in (("before", runner.params), ("after", fitted)):
         greedy, actions = ppo.greedy_rollout(setup, params, jax.random.fold_in(key, 1), held)
-        every = at_every_batch(forced, params, jax.random.fold_in(key, 1), held, k)
+        every = np.asarray(every_batch(params))  # [held_out, batches]
         doc[name] = {
             "greedy_mean_gap_pct": float(gap_pct(np.asarray(greedy), optimum).mean()),
             "greedy_within_1pct": float(np.mean(gap_pct(np.asarray(greedy), optimum) <= 1.0)),

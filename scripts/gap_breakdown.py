@@ -29,24 +29,11 @@ from rich.table import Table
 
 import hetjax as hj
 from hetjax.agents import ppo
+from hetjax.agents.batch_fit import batch_scores
 from hetjax.agents.trainer import key_streams, load_checkpoint
 from hetjax.compare import gap_pct
 from hetjax.errors import CheckpointError
 from hetjax.io import write_json
-
-
-def forced_greedy(setup):
-    """Jitted (params, key, platforms, batch index int32[E]) -> (scores f32[E], actions
-    int32[T, E]): the greedy policy given each episode's batch."""
-    return jax.jit(lambda p, k, pl, b: ppo.greedy_rollout(setup, p, k, pl, first_action=b))
-
-
-def at_every_batch(forced, params, key, platforms, n_batches: int) -> np.ndarray:
-    """Scores f32[E, n_batches] of the greedy placement given each batch in turn."""
-    n = int(np.shape(platforms.mem_bw)[0])
-    return np.stack(
-        [np.asarray(forced(params, key, platforms, np.full(n, b, np.int32))[0])
-         for b in range(n_batches)], axis=1)  # fmt: skip
 
 
 def breakdown(run: Path, n: int) -> dict:
@@ -74,8 +61,8 @@ def breakdown(run: Path, n: int) -> dict:
     optimum = per_batch.max(axis=1)  # the score optimum is the best batch's optimum
     total = gap_pct(np.asarray(scores), optimum)
     batch_part = gap_pct(per_batch[np.arange(n), chosen], optimum)
-    at_batch = at_every_batch(forced_greedy(setup), runner.params, jax.random.fold_in(key, 1),
-                              platforms, len(config.batches))  # fmt: skip
+    scores_at = jax.jit(lambda p, k, pl: batch_scores(setup, p, k, pl))  # [n, batches]
+    at_batch = np.asarray(scores_at(runner.params, jax.random.fold_in(key, 1), platforms))
     enumerated = gap_pct(at_batch.max(axis=1), optimum)
     at_best = gap_pct(at_batch[np.arange(n), per_batch.argmax(1)], optimum)
     return {

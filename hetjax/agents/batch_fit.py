@@ -8,9 +8,11 @@ good (docs/agent.md, "The batch step, fitted to the policy's own placements"). T
 2. gives every platform each batch in turn, lets the greedy policy place the blocks and
    simulates each plan (the environment's own score);
 3. trains the first step's logits by cross-entropy towards the batch whose plan scored best;
-4. adds `keep` x the KL divergence of the block steps' action distributions from the policy's
-   own before the fit (on the episodes at those best batches), so the placement stays as it
-   was: the network is shared by the two steps.
+4. weighs the block steps by `keep`: with `samples = 0`, the KL divergence of their action
+   distributions from the policy's own before the fit (on the episodes at those best
+   batches), so the placement stays as it was (the network is shared by the two steps); with
+   `samples = K`, cross-entropy towards the best of the greedy plan and K plans sampled from
+   the policy at that batch (the policy's own search distilled into its greedy plan).
 
 Adam, `steps` steps on minibatches of `minibatch` episodes (shuffled every pass over the
 platforms), all in one jittable function:
@@ -35,7 +37,7 @@ __all__ = ["FitInfo", "batch_scores", "make_batch_fit"]
 class FitInfo(NamedTuple):
     """What one fit did."""
 
-    loss: jax.Array  # f32[steps]  cross-entropy + keep x KL at every Adam step
+    loss: jax.Array  # f32[steps]  batch cross-entropy + keep x block term at every Adam step
     labels: jax.Array  # int32[n]   the best batch index of each fit platform
     scores: jax.Array  # f32[n, K]  the greedy placement's SPEC score (unitless) at each batch
 
