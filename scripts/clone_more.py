@@ -60,6 +60,8 @@ def run(path: Path, labels: str, rounds: int, steps: int, samples: int, n_held: 
     template = jax.jit(lambda k: ppo.init_runner(setup, k))(trainer.keys["train"])
     runner, _ = load_checkpoint(path / "imitation.msgpack", template)
     val_p, val_m, val_opt = trainer._validation()
+    if val_opt is None:  # a run without the exact teacher: its validation set solved here
+        val_opt, _ = teachers.exact_scores(setup, val_p, models=val_m)
     held_key = key_streams(config.seed)["held_out"]
     held_p = ppo.sample_platforms(setup, held_key, n_held)
     held_opt, _ = teachers.exact_scores(setup, held_p)
@@ -70,9 +72,10 @@ def run(path: Path, labels: str, rounds: int, steps: int, samples: int, n_held: 
         v = greedy(params, trainer.keys["rollout"], val_p, val_m)[0]
         h = greedy(params, jax.random.fold_in(held_key, 1), held_p, None)[0]
         t = greedy(params, trainer.keys["rollout"], teacher.platforms, None)[0]
-        return {name: float(np.mean(hj_gap(np.asarray(s), opt)))
-                for name, s, opt in (("validation", v, val_opt), ("held_out", h, held_opt),
-                                     ("teacher", t, teacher_opt))}  # fmt: skip
+        out = {name: float(np.mean(hj_gap(np.asarray(s), opt)))
+               for name, s, opt in (("validation", v, val_opt), ("held_out", h, held_opt),
+                                    ("teacher", t, teacher_opt))}  # fmt: skip
+        return {**out, "validation_score": float(np.mean(np.asarray(v)))}
 
     best_of = jax.jit(lambda p, k: ppo.best_of_k_rollout(setup, p, k, teacher.platforms, samples))
     rows = [{"round": 0, **gaps(runner.params)}]

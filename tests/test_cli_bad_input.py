@@ -91,6 +91,8 @@ CASES = [
     (["train", "--best-of", "-1"], ["--best-of", "-1"]),
     (["train", "--teacher", "none", "--batch-fit", "-1"], ["--batch-fit", "-1"]),
     (["train", "--seed", "-1"], ["--seed", "-1"]),
+    (["train", "--baselines", "cem,oracle"], ["--baselines", "oracle"]),
+    (["train", "--baselines", "cem,cem"], ["--baselines", "cem,cem"]),
     (["train", "--seq-len", "0"], ["--seq-len", "0"]),
     (["train", "--platform", "moon"], ["--platform", "moon"]),
     (["train", "--platform", "adir"], ["--platform", "adir"]),

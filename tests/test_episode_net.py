@@ -143,6 +143,22 @@ def test_teacher_none_refuses_a_teacher_and_unknown_teachers_are_refused():
     ppo.make_setup(dataclasses.replace(EPISODE, **ppo.FROM_SCRATCH))  # a valid config
 
 
+@pytest.mark.parametrize("teacher", ["exact", "none", "greedy_eft", "least_loaded", "cem"])
+def test_teacher_settings_are_from_scratch_with_a_heuristic_clone(teacher):
+    """`hetjax train --teacher T`'s settings: exact keeps the PPOConfig defaults, none is
+    FROM_SCRATCH, a baseline is FROM_SCRATCH after cloning that baseline; each is valid."""
+    got = ppo.teacher_settings(teacher)
+    if teacher == "exact":
+        assert got == {}
+    elif teacher == "none":
+        assert got == ppo.FROM_SCRATCH and got is not ppo.FROM_SCRATCH
+    else:
+        assert got == {**ppo.FROM_SCRATCH, "imitation_teacher": teacher,
+                       "imitation_steps": ppo.HEURISTIC_IMITATION_STEPS}  # fmt: skip
+        assert got["bc_coef"] == 0.0 and got["batch_fit_platforms"] > 0
+    ppo.make_setup(ppo.PPOConfig(**got))
+
+
 def test_group_mean_advantage_is_return_minus_the_others_mean():
     t, g, groups = 3, 4, 2
     rng = np.random.default_rng(0)

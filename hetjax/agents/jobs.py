@@ -15,14 +15,16 @@ __all__ = ["train_job", "load_policy", "check_zero_shot"]
 def train_job(config, out: Path, *, resume: bool = False, held_out: int = 256, chunk: int = 10,
               best_of: int = 16, budget: bool = True, progress: bool = True,
               stop_after: int | None = None, validation: int = 128,
-              zero_shot: dict | None = None) -> dict | None:  # fmt: skip
+              zero_shot: dict | None = None,
+              baselines: tuple[str, ...] | None = None) -> dict | None:  # fmt: skip
     """Train, then write the PNGs and report.json into `out` (returns the report; None when
     stopped early by `stop_after`). The report judges the validation-selected policy
     (`Trainer.best`), its plan the best of the greedy and `best_of` sampled plans; `budget`
     adds the search-budget comparison and budget.png; `validation` platforms select the
     model (`Trainer`). `zero_shot` ({"models": [...], "presets": [...], "n": platforms per
     pair}) adds report["zero_shot"]: the policy and every baseline on each (model, preset)
-    pair, seen in training or not (`report.zero_shot_report`).
+    pair, seen in training or not (`report.zero_shot_report`). `baselines` (names of
+    `hj.baselines.STRATEGIES`; None: all) are the baseline rows of both reports.
 
     report.json is written last (atomically) and records the report's options under "job":
     a resumed run that is already finished and holds a report.json with the same options
@@ -37,6 +39,8 @@ def train_job(config, out: Path, *, resume: bool = False, held_out: int = 256, c
         raise PlanError(f"best_of = {best_of}: sampled plans must be >= 0")
     if zero_shot is not None:
         zero_shot = check_zero_shot(config, zero_shot)
+    if baselines is not None:
+        baselines = list(report.check_baselines(baselines))
     trainer = Trainer(config, out, chunk=chunk, validation=validation)
     runner, rows = trainer.run(resume=resume, progress=progress, stop_after=stop_after)
     if stop_after is not None and int(runner.update) < config.num_updates:
@@ -44,6 +48,8 @@ def train_job(config, out: Path, *, resume: bool = False, held_out: int = 256, c
     job = {"held_out": held_out, "best_of": best_of, "budget": budget}
     if zero_shot is not None:  # (absent otherwise: reports written before it still match)
         job["zero_shot"] = zero_shot
+    if baselines is not None:  # (likewise)
+        job["baselines"] = baselines
     path = Path(out) / "report.json"
     if resume and path.exists():
         done = read_json(path)
@@ -54,7 +60,13 @@ def train_job(config, out: Path, *, resume: bool = False, held_out: int = 256, c
     best, selected = trainer.best()  # model selection on the validation platforms
     preset, plan, opt_plan = report.preset_report(setup, best.params, best_of=best_of)
     held = report.held_out_report(
-        setup, best.params, trainer.keys["held_out"], held_out, best_of=best_of, budget=budget
+        setup,
+        best.params,
+        trainer.keys["held_out"],
+        held_out,
+        best_of=best_of,
+        budget=budget,
+        baselines=baselines,
     )
     doc = {"config": dataclasses.asdict(config), "job": job, "preset": preset, "held_out": held,
            "training": {"updates": int(runner.update), "wall_s": rows[-1]["wall_s"],
@@ -71,6 +83,7 @@ def train_job(config, out: Path, *, resume: bool = False, held_out: int = 256, c
         doc["zero_shot"] = report.zero_shot_report(
             setup, best.params, jax.random.fold_in(trainer.keys["held_out"], 1),
             zero_shot["models"], zero_shot["presets"], zero_shot["n"], best_of=best_of,
+            baselines=baselines,
         )  # fmt: skip
     report.plot_learning_curve(rows, Path(out) / "learning_curve.png")
     report.plot_load_distribution(setup, plan, opt_plan, Path(out) / "load_distribution.png",

@@ -32,7 +32,9 @@ from hetjax.env import PlacementEnv
 __all__ = [
     "ADVANTAGES",
     "FROM_SCRATCH",
+    "HEURISTIC_IMITATION_STEPS",
     "TEACHERS",
+    "teacher_settings",
     "PPOConfig",
     "Transition",
     "RunnerState",
@@ -197,6 +199,27 @@ FROM_SCRATCH = {
     "batch_fit_platforms": 4096, "batch_fit_steps": 3200, "batch_fit_samples": 16,
 }  # fmt: skip
 TEACHERS = ("exact", "none")  # besides every name in hj.baselines.STRATEGIES
+# Cloning steps of a rule-based teacher before FROM_SCRATCH's PPO (`teacher_settings`).
+HEURISTIC_IMITATION_STEPS = 1000
+
+
+def teacher_settings(teacher: str) -> dict:
+    """The PPOConfig settings `hetjax train --teacher NAME` trains with (options given on the
+    command line win over them):
+    - "exact": {} (the PPOConfig defaults: clone exact optima, then PPO with a cloning term);
+    - "none": `FROM_SCRATCH`;
+    - a baseline strategy's name (`hj.baselines.STRATEGIES`): DOPPLER's recipe, imitate the
+      heuristic, then RL: `FROM_SCRATCH` after `HEURISTIC_IMITATION_STEPS` cloning steps of
+      that strategy's plans on the teacher platforms (no cloning term in PPO, so RL may leave
+      the teacher behind). No exact solver runs in training (`Trainer` selects the policy
+      by its validation score)."""
+    if teacher == "exact":
+        return {}
+    if teacher == "none":
+        return dict(FROM_SCRATCH)
+    return {**FROM_SCRATCH, "imitation_teacher": teacher,
+            "imitation_steps": HEURISTIC_IMITATION_STEPS}  # fmt: skip
+
 
 # Numeric ranges of PPOConfig, checked when one is made (names and choices: `make_setup`).
 _INTS = {  # field: smallest value

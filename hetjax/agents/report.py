@@ -17,9 +17,8 @@ from hetjax.agents import ppo, teachers
 from hetjax.compare import gap_pct
 
 __all__ = ["POLICY_SAMPLES", "SEARCH_BUDGETS", "decode_name", "episode_plan", "policy_plan",
-           "preset_report",
-           "held_out_report", "zero_shot_report", "plot_learning_curve", "plot_load_distribution",
-           "plot_budget"]  # fmt: skip
+           "preset_report", "check_baselines", "held_out_report", "zero_shot_report",
+           "plot_learning_curve", "plot_load_distribution", "plot_budget"]  # fmt: skip
 
 # The budget comparison (report.json["held_out"]["budget"], budget.png): the policy with K
 # sampled plans beside its greedy one (K + 1 simulations per platform), against the two searches
@@ -126,20 +125,38 @@ def decode_name(best_of: int) -> str:
     return f"best of greedy + {best_of} samples" if best_of > 0 else "greedy"
 
 
+def check_baselines(names) -> tuple[str, ...]:
+    """The baseline names a report runs: all of `hj.baselines.STRATEGIES` (None) or the given
+    ones, each known and given once (one `hj.PlanError` line naming the bad one otherwise)."""
+    if names is None:
+        return tuple(baselines.STRATEGIES)
+    names = tuple(str(n) for n in names)
+    for name in names:
+        if name not in baselines.STRATEGIES:
+            raise hj.PlanError(f"baselines: unknown strategy {name!r}; known: "
+                               f"{', '.join(baselines.STRATEGIES)}")  # fmt: skip
+    if len(set(names)) != len(names):
+        raise hj.PlanError(f"baselines = {list(names)}: each name at most once")
+    return names
+
+
 def held_out_report(setup: ppo.Setup, params, key, n: int, best_of: int = 0,
-                    budget: bool = False, by_model: bool = True) -> dict:  # fmt: skip
+                    budget: bool = False, by_model: bool = True,
+                    baselines: tuple[str, ...] | None = None) -> dict:  # fmt: skip
     """Zero-shot on n platforms sampled from a stream training never used, every gap (% of
     the exact optimum's score) with the simulations (cost-model evaluations) per platform that
     produced it:
     - "policy": the policy as `hetjax place` applies it, the best of its greedy plan and
       `best_of` sampled plans (best_of + 1 simulations; best_of = 0: the greedy plan alone);
     - "policy_greedy": the greedy (argmax) plan, one simulation;
-    - "baselines": every baseline strategy at its default budget;
+    - "baselines": every baseline strategy at its default budget (`baselines`: only those
+      names of `hj.baselines.STRATEGIES`, in that order; None: all);
     - "budget" (budget=True): the policy at `POLICY_SAMPLES` samples and random_search and
       cem at `SEARCH_BUDGETS`, gap against simulations;
     - "by_model" (several trained models, `by_model`): the greedy policy on each of them.
     All on `config.model`."""
     c = setup.config
+    names = check_baselines(baselines)
     platforms = ppo.sample_platforms(setup, key, n)
     t0 = time.perf_counter()
     optimum, _ = teachers.exact_scores(setup, platforms)
@@ -168,21 +185,21 @@ def held_out_report(setup: ppo.Setup, params, key, n: int, best_of: int = 0,
 
     out["baselines"] = {}
     n_batches, n_devices = len(c.batches), setup.base.d_max
-    for name, strategy in baselines.STRATEGIES.items():
+    for name in names:
         t0 = time.perf_counter()
-        sims = baselines.simulations(name, n_batches, n_devices)
-        out["baselines"][name] = judge(strategy_scores(strategy), sims, t0)
+        sims = hj.baselines.simulations(name, n_batches, n_devices)
+        out["baselines"][name] = judge(strategy_scores(hj.baselines.get(name)), sims, t0)
     if budget:
         curve = {"policy": [], "random_search": [], "cem": []}
         done = {0: out["policy_greedy"], best_of: out["policy"]}
         curve["policy"] = [done[k] if k in done else policy(k) for k in POLICY_SAMPLES]
 
         def search_point(name, simulations, **sizes):
-            default = baselines.default_sizes(name)
-            if {**default, **sizes} == default:  # the baseline row: same key, same sizes
+            default = hj.baselines.default_sizes(name)
+            if {**default, **sizes} == default and name in out["baselines"]:  # its row
                 return {**out["baselines"][name], **sizes}
             t0 = time.perf_counter()
-            s = strategy_scores(baselines.get(name), **sizes)
+            s = strategy_scores(hj.baselines.get(name), **sizes)
             return judge(s, simulations, t0, **sizes)
 
         for population, iterations in SEARCH_BUDGETS:
@@ -225,9 +242,10 @@ def plot_budget(held: dict, path, title: str = ""):
         ax.plot([r["simulations"] for r in rows], [r["mean_gap_pct"] for r in rows],
                 marker="o", color=f"C{i}", label=labels.get(name, name))  # fmt: skip
     rules = {n: b for n, b in held["baselines"].items() if n not in held["budget"]}
-    best = min(rules, key=lambda n: rules[n]["mean_gap_pct"])
-    ax.scatter([rules[best]["simulations"]], [rules[best]["mean_gap_pct"]], marker="s",
-               color="grey", label=f"best rule ({best})", zorder=3)  # fmt: skip
+    if rules:  # (a report with a subset of the baselines may have no rule-based one)
+        best = min(rules, key=lambda n: rules[n]["mean_gap_pct"])
+        ax.scatter([rules[best]["simulations"]], [rules[best]["mean_gap_pct"]], marker="s",
+                   color="grey", label=f"best rule ({best})", zorder=3)  # fmt: skip
     ax.set_xscale("log")
     ax.set_yscale("symlog", linthresh=0.01)  # log above 0.01 %, linear down to a gap of 0
     ax.set_ylim(bottom=0)
@@ -315,7 +333,8 @@ def plot_load_distribution(setup: ppo.Setup, plan, opt_plan, path, title):
 
 
 def zero_shot_report(setup: ppo.Setup, params, key, models, presets, n: int,
-                     best_of: int = 0) -> list[dict]:  # fmt: skip
+                     best_of: int = 0,
+                     baselines: tuple[str, ...] | None = None) -> list[dict]:  # fmt: skip
     """The trained policy, without more training, on every (model, preset) pair: one entry
     each, `{"model", "preset", "seen_model", "seen_preset", "n", "exact_wall_s", "policy",
     "policy_greedy", "baselines"}`, the last three as in `held_out_report` (gaps in % of the
@@ -325,8 +344,9 @@ def zero_shot_report(setup: ppo.Setup, params, key, models, presets, n: int,
     when training drew its model (`config.model` or `config.models`) or its preset
     (`config.platform` or `config.platforms`). The policy runs in the environment sized for
     the pair's model and the trained models together (the trained padding kept, as `hetjax
-    place` does)."""
+    place` does). `baselines` as in `held_out_report`."""
     c = setup.config
+    check_baselines(baselines)  # before any pair is solved
     out = []
     for i, model in enumerate(models):
         for j, preset in enumerate(presets):
@@ -336,7 +356,8 @@ def zero_shot_report(setup: ppo.Setup, params, key, models, presets, n: int,
             )  # fmt: skip
             pair = ppo.make_setup(config)
             held = held_out_report(pair, params, jax.random.fold_in(key, i * len(presets) + j),
-                                   n, best_of=best_of, by_model=False)  # fmt: skip
+                                   n, best_of=best_of, by_model=False,
+                                   baselines=baselines)  # fmt: skip
             out.append({
                 "model": Path(model).name if hj.graphs.is_onnx_path(model) else model,
                 "preset": preset, "seen_model": model in setup.model_names,

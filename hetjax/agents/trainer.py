@@ -149,14 +149,16 @@ class Trainer:
 
     def _validation(self):
         """Validation platforms, their models (int32[V]; all 0 with one model), exact optima
-        (None when learning without a teacher: nothing in training solves exactly)."""
+        (None unless the teacher is "exact": learning without a teacher or from a heuristic,
+        nothing in training solves exactly and the policy is selected by its score). A run
+        that wrote validation.npz before this rule (a heuristic teacher) keeps reading it."""
         platforms = ppo.sample_platforms(self.setup, self.keys["validation"], self.n_validation)
         models = ppo.sample_models(self.setup, self.keys["validation"], self.n_validation)
-        if self.config.imitation_teacher == "none":
-            return platforms, models, None
         path = self.out / "validation.npz"
         if path.exists():
             return platforms, models, np.load(path)["optimum"]
+        if self.config.imitation_teacher != "exact":
+            return platforms, models, None
         optimum, _ = teachers.exact_scores(self.setup, platforms, models=models)
         _write_npz(path, optimum=optimum)
         return platforms, models, optimum
@@ -183,8 +185,8 @@ class Trainer:
         else:
             runner, imitation_done, fit_done = template, False, False
         what = (
-            "validation platforms (no teacher: no exact optima)"
-            if c.imitation_teacher == "none"
+            "validation platforms (no exact optima in training)"
+            if c.imitation_teacher != "exact"
             else f"exact optima of {self.n_validation} validation platforms"
         )
         with _status(progress, what):
@@ -223,7 +225,9 @@ class Trainer:
         t_start = time.perf_counter() - (float(rows[-1]["wall_s"]) if rows else 0.0)
         teacher = clone = observe = None
         if c.imitation_steps > 0 or c.bc_coef > 0:  # solved once, then read from teacher.npz
-            with _status(progress, f"exact optima of {c.imitation_platforms} teacher platforms"):
+            what = ("exact optima" if c.imitation_teacher == "exact"
+                    else f"{c.imitation_teacher}'s plans")  # fmt: skip
+            with _status(progress, f"{what} of {c.imitation_platforms} teacher platforms"):
                 teacher = self._teacher()
             clone, _, observe = ppo.make_imitation(self.setup, teacher)
         if c.imitation_steps > 0 and not imitation_done:

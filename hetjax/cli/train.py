@@ -45,13 +45,21 @@ def train_cmd(
     zero_shot_n: Annotated[
         int, typer.Option(help="held-out platforms per zero-shot (model, preset) pair")
     ] = 64,
+    baselines: Annotated[
+        str | None,
+        typer.Option(
+            help="baseline rows of the held-out and zero-shot reports, "
+            "comma-separated (default: every strategy)"
+        ),
+    ] = None,
     num_envs: Annotated[int | None, typer.Option(help="parallel environments")] = None,
     num_updates: Annotated[int | None, typer.Option(help="PPO updates")] = None,
     teacher: Annotated[
         str,
         typer.Option(
             help="exact (clone exact optima) | none (learn from scratch, the "
-            "FROM_SCRATCH settings) | a baseline name (clone its plans)"
+            "FROM_SCRATCH settings) | a baseline name (clone its plans, then the "
+            "FROM_SCRATCH settings)"
         ),
     ] = "exact",
     imitation_steps: Annotated[int | None, typer.Option(help="cloning steps (0 = off)")] = None,
@@ -104,8 +112,8 @@ def train_cmd(
     chunk: Annotated[
         int | None,
         typer.Option(
-            help="PPO updates per jitted chunk (default 10; --teacher none: "
-            "num_updates // 100, a learning curve of 100 points)"
+            help="PPO updates per jitted chunk (default 10; --teacher none or a "
+            "baseline: num_updates // 100, a learning curve of 100 points)"
         ),
     ] = None,
     best_of: Annotated[
@@ -123,12 +131,12 @@ def train_cmd(
     from hetjax.agents.network import ENCODERS
     from hetjax.agents.ppo import (
         ADVANTAGES,
-        FROM_SCRATCH,
         TEACHERS,
         TIES,
         PPOConfig,
         load_model,
         make_setup,
+        teacher_settings,
     )
 
     # every option is checked before any work starts (nothing is written on a bad one)
@@ -172,6 +180,13 @@ def train_cmd(
             f"--zero-shot-models {zero_shot_models!r} and --zero-shot-platforms "
             f"{zero_shot_platforms!r}: give both or neither"
         )
+    rows = None
+    if baselines is not None:
+        rows = _names(baselines)
+        for name in rows:
+            checks.one_of("--baselines", name, tuple(hj.baselines.STRATEGIES))
+        if len(set(rows)) != len(rows):
+            raise checks.OptionError(f"--baselines {baselines!r}: each name at most once")
     dims = checks.parse_dims("--dim", dim)
     checks.writable_dir("--out", out)
     checks.run_dir("--out", out, must_exist=False)
@@ -183,8 +198,8 @@ def train_cmd(
                  delta=delta, quality_budget=quality_budget,
                  batch_fit_platforms=batch_fit)  # fmt: skip
     extra = _names(models)
-    # --teacher none: the from-scratch settings; options given here still win
-    settings = dict(FROM_SCRATCH) if teacher == "none" else {"imitation_teacher": teacher}
+    # --teacher none / a baseline: the from-scratch settings; options given here still win
+    settings = teacher_settings(teacher)
     settings.update({k: v for k, v in given.items() if v is not None})
     config = PPOConfig(model=model, models=extra, platform=platform, platforms=more,
                        seed=seed, seq_len=seq_len, dims=tuple(dims.items()), blocks=blocks,
@@ -204,11 +219,11 @@ def train_cmd(
 
             check_zero_shot(config, zero_shot)
     if chunk is None:
-        chunk = max(1, config.num_updates // 100) if teacher == "none" else 10
+        chunk = max(1, config.num_updates // 100) if teacher != "exact" else 10
     from hetjax.agents.jobs import train_job
 
     doc = train_job(config, out, resume=resume, held_out=held_out, chunk=chunk, best_of=best_of,
-                    zero_shot=zero_shot)  # fmt: skip
+                    zero_shot=zero_shot, baselines=rows)  # fmt: skip
     p, h = doc["preset"], doc["held_out"]
     t = Table(title=f"learned policy: {model} on {platform}")
     t.add_column("metric")
