@@ -154,7 +154,9 @@ def test_teacher_settings_are_from_scratch_with_a_heuristic_clone(teacher):
         assert got == ppo.FROM_SCRATCH and got is not ppo.FROM_SCRATCH
     else:
         assert got == {**ppo.FROM_SCRATCH, "imitation_teacher": teacher,
-                       "imitation_steps": ppo.HEURISTIC_IMITATION_STEPS}  # fmt: skip
+                       "imitation_steps": ppo.HEURISTIC_IMITATION_STEPS,
+                       "ent_coef": ppo.HEURISTIC_ENT_COEF[0],
+                       "ent_coef_end": ppo.HEURISTIC_ENT_COEF[1]}  # fmt: skip
         assert got["bc_coef"] == 0.0 and got["batch_fit_platforms"] > 0
     ppo.make_setup(ppo.PPOConfig(**got))
 

@@ -33,6 +33,7 @@ __all__ = [
     "ADVANTAGES",
     "FROM_SCRATCH",
     "HEURISTIC_IMITATION_STEPS",
+    "HEURISTIC_ENT_COEF",
     "TEACHERS",
     "teacher_settings",
     "PPOConfig",
@@ -199,8 +200,12 @@ FROM_SCRATCH = {
     "batch_fit_platforms": 4096, "batch_fit_steps": 3200, "batch_fit_samples": 16,
 }  # fmt: skip
 TEACHERS = ("exact", "none")  # besides every name in hj.baselines.STRATEGIES
-# Cloning steps of a rule-based teacher before FROM_SCRATCH's PPO (`teacher_settings`).
+# Cloning steps of a rule-based teacher before FROM_SCRATCH's PPO (`teacher_settings`), and
+# PPO's entropy coefficient after it, linear from 0.03 to FROM_SCRATCH's 0.01: the clone is
+# confident (0.2 nats per step against 0.6 for a fresh policy), and at a constant 0.01 PPO
+# stayed near the least_loaded clone's plans (docs/agent.md, "From a heuristic teacher").
 HEURISTIC_IMITATION_STEPS = 1000
+HEURISTIC_ENT_COEF = (0.03, 0.01)
 
 
 def teacher_settings(teacher: str) -> dict:
@@ -210,15 +215,17 @@ def teacher_settings(teacher: str) -> dict:
     - "none": `FROM_SCRATCH`;
     - a baseline strategy's name (`hj.baselines.STRATEGIES`): DOPPLER's recipe, imitate the
       heuristic, then RL: `FROM_SCRATCH` after `HEURISTIC_IMITATION_STEPS` cloning steps of
-      that strategy's plans on the teacher platforms (no cloning term in PPO, so RL may leave
-      the teacher behind). No exact solver runs in training (`Trainer` selects the policy
-      by its validation score)."""
+      that strategy's plans on the teacher platforms, with PPO's entropy coefficient annealed
+      over `HEURISTIC_ENT_COEF` (no cloning term in PPO, so RL may leave the teacher behind).
+      No exact solver runs in training (`Trainer` selects the policy by its validation
+      score)."""
     if teacher == "exact":
         return {}
     if teacher == "none":
         return dict(FROM_SCRATCH)
     return {**FROM_SCRATCH, "imitation_teacher": teacher,
-            "imitation_steps": HEURISTIC_IMITATION_STEPS}  # fmt: skip
+            "imitation_steps": HEURISTIC_IMITATION_STEPS, "ent_coef": HEURISTIC_ENT_COEF[0],
+            "ent_coef_end": HEURISTIC_ENT_COEF[1]}  # fmt: skip
 
 
 # Numeric ranges of PPOConfig, checked when one is made (names and choices: `make_setup`).
