@@ -486,6 +486,14 @@ def test_train_job_on_mixed_models_reports_each(mixed_run):
     assert doc["job"]["baselines"] == ["least_loaded"]
 
 
+def test_check_baselines_defaults_to_every_strategy_in_order():
+    from hetjax.agents import report
+
+    assert report.check_baselines(None) == tuple(hj.baselines.STRATEGIES)
+    assert report.check_baselines(["cem", "least_loaded"]) == ("cem", "least_loaded")
+    assert report.check_baselines(()) == ()
+
+
 def test_unknown_baselines_are_refused_before_training(tmp_path):
     from hetjax.agents.jobs import train_job
 
