@@ -181,12 +181,11 @@ def train_cmd(
             f"{zero_shot_platforms!r}: give both or neither"
         )
     rows = None
-    if baselines is not None:
-        rows = _names(baselines)
-        for name in rows:
-            checks.one_of("--baselines", name, tuple(hj.baselines.STRATEGIES))
-        if len(set(rows)) != len(rows):
-            raise checks.OptionError(f"--baselines {baselines!r}: each name at most once")
+    if baselines is not None:  # the library's check, naming the option
+        from hetjax.agents.report import check_baselines
+
+        with checks.naming("--baselines", baselines):
+            rows = check_baselines(_names(baselines))
     dims = checks.parse_dims("--dim", dim)
     checks.writable_dir("--out", out)
     checks.run_dir("--out", out, must_exist=False)
