@@ -72,6 +72,41 @@ def test_what_is_encoded_does_not_change_after_the_batch_step(setup, rollout):
         assert not np.allclose(cur[0][chose_other], cur[1][chose_other])
 
 
+@pytest.mark.parametrize("load_features", [False, True])
+def test_compact_episodes_give_what_the_full_observations_give(setup, rollout, load_features):
+    """`_rollout(..., compact=True)` (what the update gathers its minibatches from) stores the
+    static part of steps 0 and 1 and the dynamic part of every step, and the cached path on it
+    equals the full recomputation on the observations, load features included."""
+    runner, params, traj = rollout
+    s = setup
+    if load_features:
+        s = ppo.make_setup(dataclasses.replace(EPISODE, load_features=True))
+        runner = jax.jit(lambda k: ppo.init_runner(s, k))(jax.random.key(0))
+    roll = jax.jit(lambda p, k, e, c: ppo._rollout(s, p, k, e, 0.15, compact=c), static_argnums=3)
+    full = roll(runner.params, jax.random.key(2), params, False)
+    small = roll(runner.params, jax.random.key(2), params, True)
+    assert isinstance(small.obs, ppo.EpisodeObs)
+    np.testing.assert_array_equal(np.asarray(small.action), np.asarray(full.action))
+    net, fb = s.network, full.obs.blocks.shape[-1]
+    assert (
+        small.obs.static.blocks.shape[0] == 2
+        and small.obs.static.blocks.shape[-1] == net.block_split
+    )
+    assert small.obs.dynamic.blocks.shape[-1] == fb - net.block_split
+    static = np.asarray(full.obs.blocks[:2, ..., : net.block_split])
+    np.testing.assert_array_equal(np.asarray(small.obs.static.blocks), static)
+    t_len, n = full.action.shape
+    flat = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), full.obs)
+    want = jax.jit(jax.vmap(net.apply, in_axes=(None, 0)))(runner.params, flat)
+    got = jax.jit(lambda p, o: ppo.policy_apply(s, p, o))(runner.params, small.obs)
+    for a, b in zip(got, want, strict=True):
+        b = np.asarray(b).reshape(np.shape(a))
+        np.testing.assert_allclose(np.asarray(a), b, rtol=1e-5, atol=1e-5)
+    adv, target = ppo._gae(small, 1.0, 0.95)
+    _, info = jax.jit(lambda p: ppo._ppo_loss(s, p, small, adv, target))(runner.params)
+    assert float(info["approx_kl"]) == pytest.approx(0.0, abs=1e-6)
+
+
 def test_first_epoch_ratio_is_one_on_whole_episodes(setup, rollout):
     runner, _, traj = rollout
     adv, target = ppo._gae(traj, 1.0, 0.95)

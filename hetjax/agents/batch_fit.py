@@ -110,6 +110,8 @@ def make_batch_fit(setup: ppo.Setup, *, platforms: int, steps: int, keep: float 
             obs = _replay(setup, env_params, target, k_roll)
         mask = obs.action_mask  # bool[T, E, A]
         block = (jnp.arange(mask.shape[0]) >= 1)[:, None] & traj.valid  # bool[T, E] block steps
+        if setup.config.encoder == "episode":  # minibatches of what the cached path reads
+            obs = ppo.episode_obs(setup, obs)
 
         def log_probs(p, obs, mask):
             return jax.nn.log_softmax(jnp.where(mask, ppo.policy_apply(setup, p, obs)[0], -1e9))

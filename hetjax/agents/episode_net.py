@@ -13,7 +13,11 @@ obs)`, the full recomputation that the cached path equals.
 
 The static block rows change once per episode, when the first action picks the batch (they
 are read at the chosen batch), so a rollout encodes twice per episode: at the batch step and
-at the first block step (`ppo._rollout`, `ppo.policy_apply`).
+at the first block step (`ppo._rollout`, `ppo.policy_apply`). `encode_static` and `step_dynamic`
+are the same two parts on an observation's `static_view` / `dynamic_view` (the columns each
+reads): the update stores whole episodes as the static part of those two steps and the dynamic
+part of every step (`ppo.EpisodeObs`, about a third of the observations), so its minibatch
+gathers move a third of the memory.
 """
 
 from __future__ import annotations
@@ -25,7 +29,24 @@ from flax import struct
 
 from hetjax.agents.network import masked_logits
 
-__all__ = ["EpisodeActorCritic", "EpisodeContext"]
+__all__ = ["EpisodeActorCritic", "EpisodeContext", "dynamic_view", "static_view"]
+
+
+def static_view(net: EpisodeActorCritic, obs):
+    """The part of observations (any leading axes) that `net.encode_static` reads: the static
+    block columns (`blocks[..., :block_split]`) and the static tail of the flat features
+    (`features[..., feature_split:]`); `block_mask` and the rest as they are."""
+    return obs.replace(blocks=obs.blocks[..., : net.block_split],
+                       features=obs.features[..., net.feature_split :])  # fmt: skip
+
+
+def dynamic_view(net: EpisodeActorCritic, obs):
+    """The part of observations (any leading axes) that `net.step_dynamic` reads: the dynamic
+    block columns (`blocks[..., block_split:]`: placed_on, placed, current, ...) and the
+    dynamic head of the flat features (`features[..., :feature_split]`). About a third of an
+    observation: what the update keeps of every step (`ppo.EpisodeObs`)."""
+    return obs.replace(blocks=obs.blocks[..., net.block_split :],
+                       features=obs.features[..., : net.feature_split])  # fmt: skip
 
 
 @struct.dataclass
@@ -36,6 +57,8 @@ class EpisodeContext:
     key: jax.Array  # f32[M, Hs]      each block's embedding for the placed / remaining sums
     platform: jax.Array  # f32[Hh]    the static features' and block summary's term
     n_real: jax.Array  # f32[]        real blocks (>= 1)
+    # f32[M, D] each block's "time_share" row (static), for the load features; None without them
+    share: jax.Array | None = None
 
 
 class EpisodeActorCritic(nn.Module):
@@ -79,24 +102,35 @@ class EpisodeActorCritic(nn.Module):
     def encode(self, obs) -> EpisodeContext:
         """The per-episode part of one observation (any step of the episode after the batch
         step gives the same context; the batch step's differs by the batch)."""
+        return self.encode_static(static_view(self, obs))
+
+    def encode_static(self, obs) -> EpisodeContext:
+        """`encode` of an observation's `static_view`."""
         mask = obs.block_mask
         m = mask.shape[0]
         n_real = jnp.maximum(mask.sum(), 1).astype(jnp.float32)
-        x = self.embed2(nn.gelu(self.embed1(obs.blocks[:, : self.block_split])))  # [M, H]
+        x = self.embed2(nn.gelu(self.embed1(obs.blocks)))  # [M, H]
         x = jnp.where(mask[:, None], nn.gelu(x), 0.0)
-        pooled = jnp.concatenate([x.sum(0) / n_real, x.sum(0) / m,
-                                  obs.features[self.feature_split :]])  # fmt: skip
+        pooled = jnp.concatenate([x.sum(0) / n_real, x.sum(0) / m, obs.features])
+        share = None
+        if self.share_from is not None:
+            share = obs.blocks[:, self.share_from : self.share_from + self.d_max]
         return EpisodeContext(
             current=self.to_current(x), key=jnp.where(mask[:, None], self.to_key(x), 0.0),
-            platform=self.to_platform(pooled), n_real=n_real,
+            platform=self.to_platform(pooled), n_real=n_real, share=share,
         )  # fmt: skip
 
     def step(self, ctx: EpisodeContext, obs):
         """(logits, value) of one observation from its episode's context."""
-        col = self.block_split
-        placed_on = obs.blocks[:, col : col + self.d_max]  # [M, D] one-hot of placed blocks
-        placed = obs.blocks[:, col + self.d_max]
-        current = obs.blocks[:, col + self.d_max + 1]
+        return self.step_dynamic(ctx, dynamic_view(self, obs))
+
+    def step_dynamic(self, ctx: EpisodeContext, obs):
+        """`step` of an observation's `dynamic_view` (the load features read the context's
+        `share`, the episode's static time shares)."""
+        d = self.d_max
+        placed_on = obs.blocks[:, :d]  # [M, D] one-hot of placed blocks
+        placed = obs.blocks[:, d]
+        current = obs.blocks[:, d + 1]
         todo = jnp.where(obs.block_mask, 1.0 - placed - current, 0.0)
         per_device = placed_on.T @ ctx.key / ctx.n_real  # [D, Hs]
         remaining = todo @ ctx.key / ctx.n_real  # [Hs]
@@ -104,11 +138,11 @@ class EpisodeActorCritic(nn.Module):
         h = (
             ctx.platform
             + current @ ctx.current
-            + self.from_dynamic(obs.features[: self.feature_split])
+            + self.from_dynamic(obs.features)
             + self.from_summary(summary)
         )
         if self.share_from is not None:
-            h = h + self.from_load(self.load_features(obs))
+            h = h + self.from_load(_load(ctx.share, placed_on, placed, current, obs.block_mask))
         h = nn.gelu(h)
         logits = self.pi_out(nn.gelu(self.pi_hidden(h)))
         value = self.v_out(nn.gelu(self.v_hidden(h)))[0]
@@ -121,15 +155,19 @@ class EpisodeActorCritic(nn.Module):
         putting the current block on each device, and the remaining fraction of device 0's."""
         col, d = self.block_split, self.d_max
         share = obs.blocks[:, self.share_from : self.share_from + d]  # [M, D]
-        placed_on = obs.blocks[:, col : col + d]
-        placed = obs.blocks[:, col + d]
-        current = obs.blocks[:, col + d + 1]
-        todo = jnp.where(obs.block_mask, 1.0 - placed - current, 0.0)
-        load = jnp.sum(placed_on * share, 0)  # [D]
-        remaining = todo @ share  # [D]
-        now = current @ share  # [D]
-        after = jnp.maximum(jnp.max(load), load + now)  # [D]
-        return jnp.concatenate([load, remaining, now, after, remaining[:1] + now[:1]])
+        return _load(share, obs.blocks[:, col : col + d], obs.blocks[:, col + d],
+                     obs.blocks[:, col + d + 1], obs.block_mask)  # fmt: skip
 
     def __call__(self, obs):
         return self.step(self.encode(obs), obs)
+
+
+def _load(share, placed_on, placed, current, block_mask):
+    """`EpisodeActorCritic.load_features` from its columns: share and placed_on f32[M, D],
+    placed and current f32[M], block_mask bool[M]."""
+    todo = jnp.where(block_mask, 1.0 - placed - current, 0.0)
+    load = jnp.sum(placed_on * share, 0)  # [D]
+    remaining = todo @ share  # [D]
+    now = current @ share  # [D]
+    after = jnp.maximum(jnp.max(load), load + now)  # [D]
+    return jnp.concatenate([load, remaining, now, after, remaining[:1] + now[:1]])

@@ -25,7 +25,7 @@ import numpy as np
 import optax
 
 import hetjax as hj
-from hetjax.agents.episode_net import EpisodeActorCritic
+from hetjax.agents.episode_net import EpisodeActorCritic, dynamic_view, static_view
 from hetjax.agents.network import ENCODERS, ActorCritic
 from hetjax.env import PlacementEnv
 
@@ -49,6 +49,8 @@ __all__ = [
     "sample_models",
     "concat_teachers",
     "greedy_rollout",
+    "EpisodeObs",
+    "episode_obs",
     "policy_apply",
     "best_of_k_rollout",
     "demo_pairs",
@@ -604,21 +606,49 @@ def _episode_fns(setup: Setup, net_params):
     return encode, step
 
 
+class EpisodeObs(NamedTuple):
+    """Whole episodes [T, E] as the "episode" encoder's cached path reads them: the static
+    part of steps 0 and 1 (`episode_net.static_view`: what is encoded) and the dynamic part of
+    every step (`episode_net.dynamic_view`: what the per-step head reads), about a third of the
+    observations. The update and the batch fit gather their minibatches from it."""
+
+    static: object  # Observation [2, E] (static columns of the batch step and the first block step)
+    dynamic: object  # Observation [T, E] (dynamic columns of every step)
+
+
+def episode_obs(setup: Setup, obs) -> EpisodeObs:
+    """`EpisodeObs` of observations [T, E] in episode order (T >= 2; "episode" encoder)."""
+    net = setup.network
+    return EpisodeObs(static_view(net, jax.tree.map(lambda x: x[:2], obs)),
+                      dynamic_view(net, obs))  # fmt: skip
+
+
+def _step_obs(obs):
+    """The observations whose `action_mask` and phase the loss reads (the dynamic part of an
+    `EpisodeObs`: the phase is its first feature column, as in a full observation)."""
+    return obs.dynamic if isinstance(obs, EpisodeObs) else obs
+
+
 def policy_apply(setup: Setup, net_params, obs):
     """(logits f32[..., A], value f32[...]) of observations with any leading axes.
 
     Observations [T, E] in episode order (step t of environment e's one episode, as
-    `_rollout` stores them) with the "episode" encoder take its cached path, as the rollout
-    did: each episode is encoded at its batch step and at its first block step, and every
-    later step reads the latter. Other shapes, and the other encoders, apply the network to
-    every observation (the full recomputation, equal to the cached path)."""
-    lead = obs.current.shape
-    if setup.config.encoder == "episode" and len(lead) == 2 and lead[0] >= 2:
-        encode, step = _episode_fns(setup, net_params)
-        at = lambda t: jax.tree.map(lambda x: x[t], obs)  # noqa: E731
-        first = step(encode(at(0)), at(0))
-        ctx = encode(at(1))
-        rest = jax.vmap(lambda o: step(ctx, o))(jax.tree.map(lambda x: x[1:], obs))
+    `_rollout` stores them, or their `EpisodeObs`) with the "episode" encoder take its cached
+    path, as the rollout did: each episode is encoded at its batch step and at its first block
+    step, and every later step reads the latter. Other shapes, and the other encoders, apply
+    the network to every observation (the full recomputation, equal to the cached path)."""
+    lead = obs.current.shape if not isinstance(obs, EpisodeObs) else None
+    if isinstance(obs, EpisodeObs) or (
+        setup.config.encoder == "episode" and len(lead) == 2 and lead[0] >= 2
+    ):
+        ep = obs if isinstance(obs, EpisodeObs) else episode_obs(setup, obs)
+        net = setup.network
+        encode = jax.vmap(lambda o: net.apply(net_params, o, method=net.encode_static))
+        step = jax.vmap(lambda c, o: net.apply(net_params, c, o, method=net.step_dynamic))
+        at = lambda tree, t: jax.tree.map(lambda x: x[t], tree)  # noqa: E731
+        first = step(encode(at(ep.static, 0)), at(ep.dynamic, 0))
+        ctx = encode(at(ep.static, 1))
+        rest = jax.vmap(lambda o: step(ctx, o))(jax.tree.map(lambda x: x[1:], ep.dynamic))
         return jax.tree.map(lambda a, b: jnp.concatenate([a[None], b]), first, rest)
     flat = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[len(lead) :]), obs)
     logits, value = jax.vmap(setup.network.apply, in_axes=(None, 0))(net_params, flat)
@@ -626,33 +656,43 @@ def policy_apply(setup: Setup, net_params, obs):
 
 
 def _rollout(setup: Setup, net_params, key, params, epsilon, greedy=False, batch_epsilon=None,
-             first_action=None):  # fmt: skip
+             first_action=None, compact=False):  # fmt: skip
     """One episode per environment (T = episode length steps). Returns Transition [T, E].
     `batch_epsilon` (None: `epsilon`) explores the first step, the batch choice;
     `first_action` int32[E] (None: the policy's) forces it.
 
     The "episode" encoder encodes each environment's episode at the batch step and again at
     the first block step (the static block rows are read at the chosen batch), then runs only
-    its per-step head."""
+    its per-step head. With it, `compact=True` stores the observations as their `EpisodeObs`
+    (what the update reads; about a third of the memory)."""
     env, net = setup.env, setup.network
     n = jax.tree.leaves(params)[0].shape[0]
     k_reset, k_steps = jax.random.split(key)
     obs, state = jax.vmap(env.reset)(jax.random.split(k_reset, n), params)
     cached = setup.config.encoder == "episode"
+    compact = compact and cached
     if cached:
         encode, apply_step = _episode_fns(setup, net_params)
         ctx = encode(obs)
     else:
         ctx = None
+    # compact: the static part of the batch step's and of the first block step's observations
+    static = static_view(net, jax.tree.map(lambda x: jnp.stack([x, x]), obs)) if compact else None
 
     def step(carry, xs):
-        obs, state, alive, ctx = carry
+        obs, state, alive, ctx, static = carry
         k, t = xs
         if cached:
             ctx = jax.lax.cond(t == 1, encode, lambda _: ctx, obs)
             logits, value = apply_step(ctx, obs)
         else:
             logits, value = jax.vmap(net.apply, in_axes=(None, 0))(net_params, obs)
+        if compact:
+            static = jax.lax.cond(
+                t == 1,
+                lambda s: jax.tree.map(lambda a, b: a.at[1].set(b), s, static_view(net, obs)),
+                lambda s: s, static,
+            )  # fmt: skip
         ka, ks = jax.random.split(k)
         eps = epsilon if batch_epsilon is None else _step_epsilon(setup, obs, epsilon,
                                                                     batch_epsilon)  # fmt: skip
@@ -667,13 +707,16 @@ def _rollout(setup: Setup, net_params, key, params, epsilon, greedy=False, batch
             jax.random.split(ks, n), state, action, params
         )
         done = term | trunc
-        t = Transition(obs, action, logp, value, reward, done, alive,
-                       jnp.where(done, info["score"], 0.0))  # fmt: skip
-        return (obs2, state, alive & ~done, ctx), t
+        t = Transition(dynamic_view(net, obs) if compact else obs, action, logp, value, reward,
+                       done, alive, jnp.where(done, info["score"], 0.0))  # fmt: skip
+        return (obs2, state, alive & ~done, ctx, static), t
 
     keys = jax.random.split(k_steps, setup.episode_len)
     steps = jnp.arange(setup.episode_len)
-    _, traj = jax.lax.scan(step, (obs, state, jnp.ones(n, bool), ctx), (keys, steps))
+    carry = (obs, state, jnp.ones(n, bool), ctx, static)
+    (*_, static), traj = jax.lax.scan(step, carry, (keys, steps))
+    if compact:
+        traj = traj._replace(obs=EpisodeObs(static, traj.obs))
     return traj
 
 
@@ -713,13 +756,15 @@ def best_of_k_rollout(setup: Setup, net_params, key, platforms, k: int, models=N
 def _gae(traj: Transition, gamma, lam):
     def back(carry, t):
         gae, next_value = carry
-        nonterminal = 1.0 - t.done
-        delta = t.reward + gamma * next_value * nonterminal - t.value
+        reward, value, done = t
+        nonterminal = 1.0 - done
+        delta = reward + gamma * next_value * nonterminal - value
         gae = delta + gamma * lam * nonterminal * gae
-        return (gae, t.value), gae
+        return (gae, value), gae
 
     zeros = jnp.zeros_like(traj.value[0])
-    _, adv = jax.lax.scan(back, (zeros, zeros), traj, reverse=True)
+    steps = (traj.reward, traj.value, traj.done)  # the observations are not scanned
+    _, adv = jax.lax.scan(back, (zeros, zeros), steps, reverse=True)
     return adv, adv + traj.value
 
 
@@ -754,11 +799,13 @@ def _ent_coef(c: PPOConfig, update):
 
 def _ppo_loss(setup: Setup, net_params, batch, adv, target, ent_coef=None):
     """PPO's loss on transitions with any leading axes ([T, E] whole episodes take the
-    episode encoder's cached path, `policy_apply`); `ent_coef` (default the config's)."""
+    episode encoder's cached path, `policy_apply`; `batch.obs` may be their `EpisodeObs`);
+    `ent_coef` (default the config's)."""
     c = setup.config
     logits, value = policy_apply(setup, net_params, batch.obs)
-    logp = behaviour_log_prob(logits, batch.obs.action_mask, batch.action,
-                              behaviour_epsilon(setup, batch.obs))  # fmt: skip
+    obs = _step_obs(batch.obs)
+    logp = behaviour_log_prob(logits, obs.action_mask, batch.action,
+                              behaviour_epsilon(setup, obs))  # fmt: skip
     w = batch.valid.astype(jnp.float32)
     denom = jnp.maximum(w.sum(), 1.0)
     mean = lambda x: jnp.sum(x * w) / denom  # noqa: E731
@@ -768,7 +815,7 @@ def _ppo_loss(setup: Setup, net_params, batch, adv, target, ent_coef=None):
     v_clip = batch.value + jnp.clip(value - batch.value, -c.clip_eps, c.clip_eps)
     vf = 0.5 * mean(jnp.maximum((value - target) ** 2, (v_clip - target) ** 2))
     p = jax.nn.softmax(logits)
-    entropy = mean(-jnp.sum(jnp.where(batch.obs.action_mask, p * jax.nn.log_softmax(logits),
+    entropy = mean(-jnp.sum(jnp.where(obs.action_mask, p * jax.nn.log_softmax(logits),
                                       0.0), -1))  # fmt: skip
     ent_coef = c.ent_coef if ent_coef is None else ent_coef
     loss = pg + c.vf_coef * vf - ent_coef * entropy
@@ -797,14 +844,15 @@ def make_update(setup: Setup, demos=None, demo_weighted: bool = False):
                                  sample_models(setup, k_plat, c.num_envs))  # fmt: skip
         k_roll, k_base = jax.random.split(k_roll)
         traj = _rollout(setup, runner.params, k_roll, params, c.epsilon,
-                        batch_epsilon=c.batch_epsilon)  # fmt: skip
+                        batch_epsilon=c.batch_epsilon, compact=True)  # fmt: skip
         if c.advantage == "greedy_baseline":
             adv, target = _greedy_baseline(setup, runner.params, k_base, params, traj)
         elif c.advantage == "group_mean":
             adv, target = _group_mean(traj, c.group_size)
         else:
             adv, target = _gae(traj, c.gamma, c.gae_lambda)
-        # flatten [T, E] -> minibatches over environments (whole episodes stay together)
+        # flatten [T, E] -> minibatches over environments (whole episodes stay together; the
+        # episode encoder's are `EpisodeObs`, only what its cached path reads)
         data = (traj, adv, target)
 
         def epoch(carry, k):
