@@ -1,16 +1,19 @@
 """Exact score optima of many sampled platforms: the search before and after vectorisation.
 
     .venv/bin/python benchmarks/bench_exact_many.py [--model bert-base] [--platforms edge host3]
-        [-n 256] [--workers 2]
+        [-n 256] [--workers 2] [--repeats 3]
 
 `hj.exact.optimal_scores` on n platforms sampled around each preset (spread 2, as the training
 job's teacher, validation and held-out sets), in the same run:
 
 - before: the one-platform search (`optimal_score` per platform, the code path of
   `optimal_scores` before the vectorised search; `_solve_all(..., fast=False)`) in this process;
-- after: `optimal_scores(workers=1)` (the vectorised search in this process) and
-  `optimal_scores(workers=W)` (W worker processes; wall seconds include their start-up:
-  import, compile).
+- after: `optimal_scores(workers=1)` (the vectorised search in this process) with one thread
+  (`OMP_NUM_THREADS=1`) and with its default threads (chunks of 128 platforms side by side,
+  one thread per CPU), and `optimal_scores(workers=W)` (W worker processes; wall seconds
+  include their start-up: import, compile).
+
+Each row runs `--repeats` times; the table shows the median wall time (all are in the JSON).
 
 Checks that every run gives the same scores, plans and batches, bit for bit. Records the load
 average (other processes share the CPUs) and this process's CPU seconds. Writes
@@ -34,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine, write_json  # noqa: E402
 
 import hetjax as hj  # noqa: E402
+from hetjax.exact import _many  # noqa: E402  (search_threads)
 from hetjax.exact._batch import _solve_all  # noqa: E402  (the "before" path)
 
 
@@ -53,32 +57,51 @@ def _before(graph, platforms):
             np.asarray([r[3] for r in res]))  # fmt: skip
 
 
-def _after(graph, platforms, workers):
-    plans, scores = hj.exact.optimal_scores(graph, platforms, workers=workers)
+def _after(graph, platforms, workers, threads=None):
+    """`optimal_scores`; `threads` 1 sets OMP_NUM_THREADS=1 for the call (one search thread)."""
+    old = os.environ.get("OMP_NUM_THREADS")
+    if threads == 1:
+        os.environ["OMP_NUM_THREADS"] = "1"
+    try:
+        plans, scores = hj.exact.optimal_scores(graph, platforms, workers=workers)
+    finally:
+        if threads == 1 and old is None:
+            del os.environ["OMP_NUM_THREADS"]
+        elif threads == 1:
+            os.environ["OMP_NUM_THREADS"] = old
     return np.asarray(plans.placement), np.asarray(plans.batch), scores
 
 
-def run_preset(graph, base: str, n: int, workers: int) -> dict:
+def run_preset(graph, base: str, n: int, workers: int, repeats: int) -> dict:
     platforms = hj.hardware.sample(jax.random.key(0), n, base=base, spread=2.0)
     few = jax.tree.map(lambda x: x[:2], platforms)
     _before(graph, few), _after(graph, few, 1)  # compile
+    threads = _many.search_threads()
     rows, results = [], {}
-    for name, fn, w in (
-        ("before", lambda: _before(graph, platforms), 1),
-        ("after", lambda: _after(graph, platforms, 1), 1),
-        ("after", lambda: _after(graph, platforms, workers), workers),
+    for name, fn, w, th in (
+        ("before", lambda: _before(graph, platforms), 1, 1),
+        ("after", lambda: _after(graph, platforms, 1, threads=1), 1, 1),
+        ("after", lambda: _after(graph, platforms, 1), 1, threads),
+        ("after", lambda: _after(graph, platforms, workers), workers, threads),
     ):
         load = os.getloadavg()[0]
-        out, wall, cpu = _timed(fn)
-        results[(name, w)] = out
-        rows.append({"path": name, "workers": w, "wall_s": wall, "cpu_s_this_process": cpu,
+        walls, cpus = [], []
+        for _ in range(repeats):
+            out, wall, cpu = _timed(fn)
+            walls.append(wall)
+            cpus.append(cpu)
+        results[(name, w, th)] = out
+        wall = float(np.median(walls))
+        rows.append({"path": name, "workers": w, "threads": th, "wall_s": wall,
+                     "walls_s": walls, "cpu_s_this_process": float(np.median(cpus)),
                      "platforms_per_s": n / wall, "load_avg_1min_before": load})  # fmt: skip
-    ref = results[("before", 1)]
+    ref = results[("before", 1, 1)]
     same = all(
         all(np.array_equal(a, b) for a, b in zip(ref, out, strict=True)) for out in results.values()
     )
     return {"platform": base, "n": n, "rows": rows, "identical_results": bool(same),
-            "speedup_one_process": rows[0]["wall_s"] / rows[1]["wall_s"]}  # fmt: skip
+            "speedup_one_process": rows[0]["wall_s"] / rows[1]["wall_s"],
+            "speedup_in_process": rows[0]["wall_s"] / rows[2]["wall_s"]}  # fmt: skip
 
 
 def main(argv=None) -> None:
@@ -87,20 +110,23 @@ def main(argv=None) -> None:
     ap.add_argument("--platforms", nargs="+", default=["edge", "host3"])
     ap.add_argument("-n", type=int, default=256)
     ap.add_argument("--workers", type=int, default=hj.exact.default_workers())
+    ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args(argv)
     graph = hj.graphs.transformer(args.model, seq_len=128, granularity="block")
     console = Console()
     presets = []
     for base in args.platforms:
-        r = run_preset(graph, base, args.n, args.workers)
+        r = run_preset(graph, base, args.n, args.workers, args.repeats)
         presets.append(r)
         table = Table(title=f"exact score optima of {args.n} platforms around {base}, "
                       f"{args.model} (block), uptime load {os.getloadavg()[0]:.1f}")  # fmt: skip
-        cols = ("search", "workers", "wall s", "CPU s (this process)", "platforms/s", "x before")
+        cols = ("search", "workers", "threads", "wall s (median)", "CPU s (this process)",
+                "platforms/s", "x before")  # fmt: skip
         for col in cols:
             table.add_column(col, justify="right")
         for row in r["rows"]:
-            table.add_row(row["path"], str(row["workers"]), f"{row['wall_s']:.2f}",
+            table.add_row(row["path"], str(row["workers"]), str(row["threads"]),
+                          f"{row['wall_s']:.2f}",
                           f"{row['cpu_s_this_process']:.2f}", f"{row['platforms_per_s']:.1f}",
                           f"{r['rows'][0]['wall_s'] / row['wall_s']:.1f}")  # fmt: skip
         console.print(table)

@@ -124,7 +124,9 @@ def test_dominance_equals_the_one_platform_search_with_constant_columns(constant
     from hetjax.exact import _search
 
     rng = np.random.default_rng(3)
-    sizes = [1, 5, 40, 300]  # a lone label, small groups, one above the 256-label chunk
+    # a lone label, small groups, wide ones (compared in blocks of rows), one above the
+    # 256-label chunk
+    sizes = [1, 5, 40, 70, 200, 300]
     grp = np.repeat(np.arange(len(sizes)), sizes)
     n = grp.size
     lat = np.concatenate([np.sort(rng.integers(0, 4, s)).astype(float) for s in sizes])
@@ -143,3 +145,17 @@ def test_dominance_equals_the_one_platform_search_with_constant_columns(constant
         for g in range(len(sizes))
     ])  # fmt: skip
     np.testing.assert_array_equal(got, want)
+
+
+def test_chunks_searched_side_by_side_equal_one_after_another(monkeypatch):
+    """`solve_many` with chunks of 3 platforms searched by 2 threads gives what 1 thread gives,
+    bit for bit, in the items' order."""
+    g = _host(random_chain(np.random.default_rng(11), 5))
+    items = list(enumerate(_platforms(range(10), 3, True, g)))
+    monkeypatch.setattr(_many, "CHUNK", 3)
+    one = _many.solve_many(g, items, BATCHES, hj.DEFAULT_WEIGHTS, 1.0, threads=1)
+    two = _many.solve_many(g, items, BATCHES, hj.DEFAULT_WEIGHTS, 1.0, threads=2)
+    assert len(one[0]) == 10 and not one[1]
+    _assert_same(two[0], one[0])
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert _many.search_threads() == 1

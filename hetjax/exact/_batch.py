@@ -13,8 +13,6 @@ killed, SIGKILL included (tests/test_exact.py).
 
 from __future__ import annotations
 
-import os
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -22,7 +20,7 @@ import numpy as np
 from hetjax.cost import DEFAULT_WEIGHTS, Plan
 from hetjax.errors import HetjaxError, PlanError
 from hetjax.exact._chain import DEFAULT_BATCHES, check_batches, check_weights
-from hetjax.exact._many import solve_many
+from hetjax.exact._many import cpus, solve_many
 from hetjax.exact._solvers import optimal_score
 from hetjax.graphs.core import LayerGraph
 from hetjax.hardware.core import Platform
@@ -36,10 +34,7 @@ _MIN_PER_WORKER = 400
 
 def default_workers() -> int:
     """Worker processes used when `workers=None`: the CPUs this process may run on."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
+    return cpus()
 
 
 def _host(tree):
@@ -47,16 +42,19 @@ def _host(tree):
 
 
 def _solve_all(
-    graph, batches, weights, b_ref, items, *, fast: bool = True
+    graph, batches, weights, b_ref, items, *, fast: bool = True, threads: int | None = None
 ) -> list[tuple[int, np.ndarray, float, float]]:
     """(index, placement int32[N], batch, score) of each item (index, host platform), in the
     order of `items`: `optimal_score`'s results. With `fast` (the default) the platforms are
     searched together (`_many.solve_many`: the same plans and scores, bit for bit); those it
     cannot take (a failed check: `optimal_score` raises its error; no feasible plan) and, with
     fast=False, all of them go to `optimal_score` one by one (the search before the
-    vectorised one: the benchmarks' baseline)."""
+    vectorised one: the benchmarks' baseline). `threads`: `solve_many`'s (None: the CPUs)."""
     items = list(items)
-    out, later = solve_many(graph, items, batches, weights, b_ref) if fast else ([], items)
+    if fast:
+        out, later = solve_many(graph, items, batches, weights, b_ref, threads=threads)
+    else:
+        out, later = [], items
     for i, platform in later:
         try:
             plan, s = optimal_score(graph, platform, batches, weights, b_ref=b_ref)
@@ -90,7 +88,9 @@ def optimal_scores(
     for the call, or on the running Ray cluster at `address` ("HOST:PORT" or "auto"; then
     `workers` is the number of tasks the platforms are split into). Inputs are checked here,
     before any worker starts; a platform the search rejects raises its `hj.HetjaxError` (e.g.
-    `PlanError`: no feasible plan) with the platform's index.
+    `PlanError`: no feasible plan) with the platform's index. Within a process, chunks of 128
+    platforms are searched by threads side by side (as many as the process's CPUs, at most
+    `OMP_NUM_THREADS` where set: 1 in Ray's workers). Results do not depend on either.
     """
     batches = check_batches(batches)
     weights = check_weights(weights)

@@ -21,6 +21,8 @@ differently, so its bit-identity tests run under the default flags).
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import jax
@@ -383,6 +385,9 @@ def _dominates(xi, xj) -> np.ndarray:
     return dom
 
 
+_BLOCK_FROM = 64  # dominance tables at least this wide are compared in blocks of rows
+
+
 def _dominated(grp, keys, res, delta, floor, cells: int = 1 << 22, chunk: int = 256):
     """`_search._dominated` over many groups at once. Labels are sorted by (group, keys):
     grp int[L], keys f64[L, C] (energy, memory: latency is the sort key), res f64[L, R],
@@ -423,13 +428,20 @@ def _dominated(grp, keys, res, delta, floor, cells: int = 1 << 22, chunk: int = 
         gs = np.flatnonzero(small)[width == w]
         per = max(1, cells // int(w * w))
         ar = np.arange(w)
+        # wide tables in blocks of rows, each against the columns up to its last row (only
+        # j < i counts): 5/8 of the comparisons at 4 blocks
+        blk = w if w < _BLOCK_FROM else -(-w // 4)
         for lo in range(0, gs.size, per):
             g = gs[lo : lo + per]
             rows = starts[g][:, None] + ar[None, :]
             rows = np.where(ar[None, :] < sizes[g][:, None], rows, n)  # [G, w]
-            dom = _dominates(y[rows], x[rows])
-            dom &= ar[None, :] < ar[:, None]  # j < i
-            hit = dom.any(axis=2)
+            yr, xr = y[rows], x[rows]
+            hit = np.empty(rows.shape, bool)
+            for a in range(0, w, blk):
+                b = min(w, a + blk)
+                dom = _dominates(yr[:, a:b], xr[:, :b])
+                dom &= ar[None, :b] < ar[a:b, None]  # j < i
+                hit[:, a:b] = dom.any(axis=2)
             ok = rows < n
             out[rows[ok]] = hit[ok]
     for g in np.flatnonzero(sizes > chunk):
@@ -707,12 +719,29 @@ def _prepare(graph, items, weights, b_ref):
     return ready, failed
 
 
-def solve_many(graph, items, batches, weights, b_ref):
+def cpus() -> int:
+    """The CPUs this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def search_threads() -> int:
+    """Threads `solve_many` uses by default: `cpus()`, at most `OMP_NUM_THREADS` where it is
+    set (Ray sets it to a task's CPUs, 1, in its workers)."""
+    omp = os.environ.get("OMP_NUM_THREADS", "")
+    return max(1, min(cpus(), int(omp))) if omp.isdigit() else cpus()
+
+
+def solve_many(graph, items, batches, weights, b_ref, threads: int | None = None):
     """Exact score optima of platforms `items` [(index, host platform)]: the fast path of
     `optimal_scores`, with the results of `optimal_score` (the same plans and scores, bit for
     bit). Returns (results [(index, placement int32[N], batch, score)], the items it leaves to
     `optimal_score`: those that fail a check (it raises their error) or have no feasible
-    plan)."""
+    plan). Chunks of CHUNK platforms are searched by `threads` threads side by side (None:
+    `search_threads()`; numpy releases the GIL in its loops, so two threads gain about 1.2x on two
+    cores); the results do not depend on it."""
     batches = check_batches(batches)
     weights = check_weights(weights)
     uniq = tuple(dict.fromkeys(batches))
@@ -725,25 +754,35 @@ def solve_many(graph, items, batches, weights, b_ref):
     for r in ready:
         groups.setdefault(tuple(r[2].devices.tolist()), []).append(r)
     g_host = {f: np.asarray(getattr(graph, f)) for f in graph.__dataclass_fields__}
+
+    def search(devices, part):
+        plats = {
+            f: np.stack([np.asarray(getattr(r[1], f)) for r in part])
+            for f in part[0][1].__dataclass_fields__
+        }
+        refs = [(r[2].t_ref, r[2].x_ref, r[2].e_ref) for r in part]
+        pr = make_problems(g_host, plats, devices, uniq, refs, weights)
+        _, bp, b_idx = search_many(pr, len(uniq))
+        return bp, b_idx
+
+    chunks = [(devices, rows[lo : lo + CHUNK]) for devices, rows in groups.items()
+              for lo in range(0, len(rows), CHUNK)]  # fmt: skip
+    threads = min(len(chunks), search_threads() if threads is None else max(1, int(threads)))
+    if threads > 1:
+        with ThreadPoolExecutor(threads) as pool:
+            found = list(pool.map(lambda c: search(*c), chunks))
+    else:
+        found = [search(*c) for c in chunks]
     done = []
-    for devices, rows in groups.items():
-        for lo in range(0, len(rows), CHUNK):
-            part = rows[lo : lo + CHUNK]
-            plats = {
-                f: np.stack([np.asarray(getattr(r[1], f)) for r in part])
-                for f in part[0][1].__dataclass_fields__
-            }
-            refs = [(r[2].t_ref, r[2].x_ref, r[2].e_ref) for r in part]
-            pr = make_problems(g_host, plats, devices, uniq, refs, weights)
-            _, bp, b_idx = search_many(pr, len(uniq))
-            for n, (i, platform, problem, ref) in enumerate(part):
-                if b_idx[n] < 0:
-                    later.append((i, platform))
-                    continue
-                # `_solvers._plan`'s placement and batch, as host arrays
-                ops = _ops(problem, expand(problem, bp[n]))
-                plan = Plan(placement=ops, batch=np.float32(uniq[b_idx[n]]))
-                done.append((i, platform, plan, ref))
+    for (_, part), (bp, b_idx) in zip(chunks, found, strict=True):
+        for n, (i, platform, problem, ref) in enumerate(part):
+            if b_idx[n] < 0:
+                later.append((i, platform))
+                continue
+            # `_solvers._plan`'s placement and batch, as host arrays
+            ops = _ops(problem, expand(problem, bp[n]))
+            plan = Plan(placement=ops, batch=np.float32(uniq[b_idx[n]]))
+            done.append((i, platform, plan, ref))
     metrics = _evaluate_each(graph, [d[1] for d in done], plans=[d[2] for d in done])
     done = [(i, plan, m, ref) for (i, _, plan, ref), m in zip(done, metrics, strict=True)]
     out = []
