@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import jax
 import jax.numpy as jnp
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from hetjax.cost import Plan, evaluate, reference_plan, score
 from hetjax.errors import HetjaxError
@@ -768,11 +769,13 @@ def solve_many(graph, items, batches, weights, b_ref, threads: int | None = None
     chunks = [(devices, rows[lo : lo + CHUNK]) for devices, rows in groups.items()
               for lo in range(0, len(rows), CHUNK)]  # fmt: skip
     threads = min(len(chunks), search_threads() if threads is None else max(1, int(threads)))
-    if threads > 1:
-        with ThreadPoolExecutor(threads) as pool:
-            found = list(pool.map(lambda c: search(*c), chunks))
-    else:
-        found = [search(*c) for c in chunks]
+    # BLAS on one thread: the products are small, and its idle threads spin on the CPUs
+    with threadpool_limits(limits=1, user_api="blas"):
+        if threads > 1:
+            with ThreadPoolExecutor(threads) as pool:
+                found = list(pool.map(lambda c: search(*c), chunks))
+        else:
+            found = [search(*c) for c in chunks]
     done = []
     for (_, part), (bp, b_idx) in zip(chunks, found, strict=True):
         for n, (i, platform, problem, ref) in enumerate(part):
