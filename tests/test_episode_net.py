@@ -276,3 +276,21 @@ def test_load_features_are_exact_sums_over_the_block_rows(setup, rollout):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
     logits, value = net.apply(params, obs)  # the head reads them
     assert np.isfinite(np.asarray(value)) and logits.shape == (loaded.env.num_actions,)
+
+
+def test_one_sequence_of_samples_gives_every_budget(setup, rollout):
+    """The report's policy rows at several sample budgets come from one compiled sequence of
+    the largest budget's samples (`report._decode_ks`), equal to the best of the greedy plan
+    and k samples computed on its own (`report._decode`) at each k, bit for bit."""
+    from hetjax.agents import report
+
+    runner, _, _ = rollout
+    platforms = ppo.sample_platforms(setup, jax.random.key(7), 8)
+    key = jax.random.key(3)
+    assert report._split_prefix()
+    ks = (0, 2, 5)
+    rows = np.asarray(report._decode_ks(setup, ks)(runner.params, key, platforms))
+    for i, k in enumerate(ks):
+        alone, _ = report._decode(setup, k)(runner.params, key, platforms)
+        np.testing.assert_array_equal(rows[i], np.asarray(alone))
+    assert (np.diff(rows, axis=0) >= 0).all()  # more samples never do worse
