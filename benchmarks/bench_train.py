@@ -187,7 +187,9 @@ def main(argv=None) -> None:
         seed_rows.append(bench_seeds(seed_cfg, s, args.repeats))
         console.print(f"seeds={s}: {seed_rows[-1]['speedup']:.2f}x over a loop")
 
-    table = Table(title=f"PPO training throughput, {args.model} on {args.platform} (CPU)")
+    table = Table(
+        title=f"PPO training throughput, {args.model} on {args.platform} ({jax.default_backend()})"
+    )
     for col in ("settings", "encoder", "num_envs", "s / update", "env steps/s (training)",
                 "env steps/s (rollout only)", "rollout share", "vs deepsets",
                 "compile s"):  # fmt: skip
