@@ -27,6 +27,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from unittest import mock
 
 import jax
 import numpy as np
@@ -59,16 +60,8 @@ def _before(graph, platforms):
 
 def _after(graph, platforms, workers, threads=None):
     """`optimal_scores`; `threads` 1 sets OMP_NUM_THREADS=1 for the call (one search thread)."""
-    old = os.environ.get("OMP_NUM_THREADS")
-    if threads == 1:
-        os.environ["OMP_NUM_THREADS"] = "1"
-    try:
+    with mock.patch.dict(os.environ, {"OMP_NUM_THREADS": "1"} if threads == 1 else {}):
         plans, scores = hj.exact.optimal_scores(graph, platforms, workers=workers)
-    finally:
-        if threads == 1 and old is None:
-            del os.environ["OMP_NUM_THREADS"]
-        elif threads == 1:
-            os.environ["OMP_NUM_THREADS"] = old
     return np.asarray(plans.placement), np.asarray(plans.batch), scores
 
 

@@ -53,6 +53,7 @@ __all__ = [
     "episode_obs",
     "policy_apply",
     "best_of_k_rollout",
+    "best_of_ks_scores",
     "demo_pairs",
     "quality_args",
 ]
@@ -598,11 +599,13 @@ def _step_epsilon(setup: Setup, obs, epsilon, batch_epsilon):
     return jnp.where(phase > 0.5, batch_epsilon, epsilon).astype(dtype)
 
 
-def _episode_fns(setup: Setup, net_params):
-    """(encode, step) of the episode encoder over a batch of environments [E]."""
+def _episode_fns(setup: Setup, net_params, compact: bool = False):
+    """(encode, step) of the episode encoder over a batch of environments [E]: on whole
+    observations, or (`compact`) on their `static_view` / `dynamic_view`."""
     net = setup.network
-    encode = jax.vmap(lambda o: net.apply(net_params, o, method=net.encode))
-    step = jax.vmap(lambda c, o: net.apply(net_params, c, o, method=net.step))
+    enc, stp = (net.encode_static, net.step_dynamic) if compact else (net.encode, net.step)
+    encode = jax.vmap(lambda o: net.apply(net_params, o, method=enc))
+    step = jax.vmap(lambda c, o: net.apply(net_params, c, o, method=stp))
     return encode, step
 
 
@@ -637,19 +640,17 @@ def policy_apply(setup: Setup, net_params, obs):
     path, as the rollout did: each episode is encoded at its batch step and at its first block
     step, and every later step reads the latter. Other shapes, and the other encoders, apply
     the network to every observation (the full recomputation, equal to the cached path)."""
-    lead = obs.current.shape if not isinstance(obs, EpisodeObs) else None
-    if isinstance(obs, EpisodeObs) or (
-        setup.config.encoder == "episode" and len(lead) == 2 and lead[0] >= 2
-    ):
-        ep = obs if isinstance(obs, EpisodeObs) else episode_obs(setup, obs)
-        net = setup.network
-        encode = jax.vmap(lambda o: net.apply(net_params, o, method=net.encode_static))
-        step = jax.vmap(lambda c, o: net.apply(net_params, c, o, method=net.step_dynamic))
+    whole = not isinstance(obs, EpisodeObs) and setup.config.encoder == "episode"
+    if whole and obs.current.ndim == 2 and obs.current.shape[0] >= 2:
+        obs = episode_obs(setup, obs)
+    if isinstance(obs, EpisodeObs):
+        encode, step = _episode_fns(setup, net_params, compact=True)
         at = lambda tree, t: jax.tree.map(lambda x: x[t], tree)  # noqa: E731
-        first = step(encode(at(ep.static, 0)), at(ep.dynamic, 0))
-        ctx = encode(at(ep.static, 1))
-        rest = jax.vmap(lambda o: step(ctx, o))(jax.tree.map(lambda x: x[1:], ep.dynamic))
+        first = step(encode(at(obs.static, 0)), at(obs.dynamic, 0))
+        ctx = encode(at(obs.static, 1))
+        rest = jax.vmap(lambda o: step(ctx, o))(jax.tree.map(lambda x: x[1:], obs.dynamic))
         return jax.tree.map(lambda a, b: jnp.concatenate([a[None], b]), first, rest)
+    lead = obs.current.shape
     flat = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[len(lead) :]), obs)
     logits, value = jax.vmap(setup.network.apply, in_axes=(None, 0))(net_params, flat)
     return logits.reshape(lead + logits.shape[1:]), value.reshape(lead)
@@ -736,6 +737,22 @@ def best_of_k_rollout(setup: Setup, net_params, key, platforms, k: int, models=N
     sampled from the policy (epsilon 0) on each platform: the policy as a search heuristic,
     k + 1 simulations per platform. Samples run one after another (`lax.scan`) to bound
     memory."""
+    best, _ = _best_of_samples(setup, net_params, key, platforms, k, models)
+    return best
+
+
+def best_of_ks_scores(setup: Setup, net_params, key, platforms, ks, models=None):
+    """f32[len(ks), E]: for each k of `ks`, the score of `best_of_k_rollout(..., key, ..., k)`
+    (k = 0: the greedy episode's), all from one sequence of max(ks) samples. That equals it
+    when `jax.random.split(key, k)` is the first k keys of `split(key, max(ks))`, as with
+    JAX's partitionable threefry (its default)."""
+    _, running = _best_of_samples(setup, net_params, key, platforms, max(ks), models)
+    return jnp.stack([running[k] for k in ks])
+
+
+def _best_of_samples(setup: Setup, net_params, key, platforms, k: int, models=None):
+    """((score f32[E], actions int32[T, E]) of the best of the greedy episode and k samples,
+    the best score so far f32[k + 1, E] after the greedy episode and after each sample)."""
     params = _env_params(setup, platforms, models)
 
     def episode(kk, greedy):
@@ -747,10 +764,11 @@ def best_of_k_rollout(setup: Setup, net_params, key, platforms, k: int, models=N
     def keep_better(best, kk):
         s, a = episode(kk, False)
         better = s > best[0]
-        return (jnp.where(better, s, best[0]), jnp.where(better[None], a, best[1])), None
+        best = (jnp.where(better, s, best[0]), jnp.where(better[None], a, best[1]))
+        return best, best[0]
 
-    (score, actions), _ = jax.lax.scan(keep_better, best, jax.random.split(key, k))
-    return score, actions
+    (score, actions), running = jax.lax.scan(keep_better, best, jax.random.split(key, k))
+    return (score, actions), jnp.concatenate([best[0][None], running])
 
 
 def _gae(traj: Transition, gamma, lam):

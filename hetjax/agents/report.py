@@ -49,31 +49,10 @@ def _split_prefix() -> bool:
 
 def _decode_ks(setup: ppo.Setup, ks: tuple[int, ...]):
     """jitted (params, key, platforms) -> scores f32[len(ks), E]: for each k of `ks`, what
-    `_decode(setup, k)` gives with that key (the best of the greedy plan and the first k sampled
-    plans: the same keys, the same comparisons), all from one sequence of max(ks) samples, so
-    one compilation serves every budget. Needs `_split_prefix()`."""
-    k_max = max(ks)
-
-    def run(p, key, platforms):
-        params = ppo._env_params(setup, platforms)
-
-        def episode(kk, greedy):
-            traj = ppo._rollout(setup, p, kk, params, 0.0, greedy=greedy)
-            return jnp.sum(jnp.where(traj.done & traj.valid, traj.score, 0.0), 0)
-
-        greedy = episode(key, True)
-
-        def keep_better(best, kk):
-            s = episode(kk, False)
-            best = jnp.where(s > best, s, best)
-            return best, best
-
-        if k_max == 0:
-            return jnp.stack([greedy for _ in ks])
-        _, running = jax.lax.scan(keep_better, greedy, jax.random.split(key, k_max))
-        return jnp.stack([greedy if k == 0 else running[k - 1] for k in ks])
-
-    return jax.jit(run)
+    `_decode(setup, k)` gives with that key, from one sequence of max(ks) samples
+    (`ppo.best_of_ks_scores`), so one compilation serves every budget. Needs
+    `_split_prefix()`."""
+    return jax.jit(lambda p, k, pl: ppo.best_of_ks_scores(setup, p, k, pl, ks))
 
 
 def _score_kw(c: ppo.PPOConfig) -> dict:
