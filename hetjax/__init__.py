@@ -22,7 +22,7 @@ from hetjax.parallel import evaluate_sharded, use_cpu_devices
 __version__ = "0.1.0"
 
 # Subpackages with heavier imports (onnx, flax networks) load on first access: `hj.env`.
-_LAZY = ("baselines", "exact", "env", "onnx", "agents", "compare", "reference", "sweep")
+_LAZY = ("baselines", "bounds", "exact", "env", "onnx", "agents", "compare", "reference", "sweep")
 
 
 def __getattr__(name):
@@ -42,6 +42,7 @@ __all__ = [
     "hardware",
     "parallel",
     "baselines",
+    "bounds",
     "exact",
     "env",
     "onnx",

@@ -538,3 +538,32 @@ def test_place_on_a_mixed_model_run_keeps_the_training_padding(mixed_run, monkey
     out = capsys.readouterr().out
     assert "best of greedy + 16 samples (17 simulations)" in out
     assert f"block devices: {want}" in out and f"batch {float(sampled.batch):g};" in out
+
+
+def test_op_granularity_trains_from_a_heuristic_and_reports_against_the_best_found(tmp_path):
+    """No exact optimum at op granularity: the report's gaps are to the best plan any row
+    found on each platform (so the best row has 0 on every platform it won), and every row
+    also has its gap to hj.bounds; the exact teacher is refused before any work."""
+    from hetjax.agents.jobs import train_job
+
+    with pytest.raises(hj.PlanError, match="granularity='op' is not one"):
+        ppo.make_setup(dataclasses.replace(TINY, granularity="op", imitation_teacher="exact"))
+    with pytest.raises(hj.PlanError, match="granularity"):
+        ppo.PPOConfig(granularity="layer")
+    cfg = dataclasses.replace(TINY, granularity="op", num_updates=2)
+    doc = train_job(cfg, tmp_path / "run", held_out=6, chunk=2, progress=False, best_of=2,
+                    validation=4, baselines=("greedy_eft", "cem"))  # fmt: skip
+    held = doc["held_out"]
+    assert held["reference"] == "best found" and "exact_wall_s" not in held
+    rows = [held["policy"], held["policy_greedy"], *held["baselines"].values(),
+            *(r for curve in held["budget"].values() for r in curve)]  # fmt: skip
+    assert min(r["mean_gap_pct"] for r in rows) >= 0.0
+    # the best found is below the bound, and so is every row
+    assert held["best_found"]["mean_gap_pct"] >= 0.0
+    assert all(r["mean_bound_gap_pct"] >= held["best_found"]["mean_gap_pct"] - 1e-9
+               for r in rows)  # fmt: skip
+    assert doc["preset"]["reference"] == "best found"
+    assert doc["preset"]["optimal_score"] <= doc["preset"]["bound_score"]
+    assert doc["config"]["granularity"] == "op"
+    assert int(ppo.make_setup(cfg).graph.block_mask.sum()) == int(
+        hj.graphs.load("bert-tiny", 16, "op").op_mask.sum())  # fmt: skip

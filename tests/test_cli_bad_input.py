@@ -65,6 +65,8 @@ CASES = [
     (["compare", "--seq-len", "0"], ["--seq-len", "0"]),
     # train
     (["train", "--num-envs", "0"], ["--num-envs", "0"]),
+    (["train", "--granularity", "layer"], ["--granularity", "layer"]),
+    (["train", "--granularity", "op"], ["--teacher", "exact", "--granularity op"]),
     (["train", "--num-envs", "-4"], ["--num-envs", "-4"]),
     (["train", "--num-envs", "6"], ["num_envs", "6"]),
     (["train", "--num-updates", "-1"], ["--num-updates", "-1"]),

@@ -433,3 +433,53 @@ def test_skip_connections_are_still_refused(skips, block):
     assert imp.side_inputs == ("/mask/Exp",)
     with pytest.raises(hj.NotAChainError, match=rf"\(a\) block {block}, op \d+: .* \(block 0\)"):
         hj.exact.check_chain(imp.graph, hj.hardware.preset("edge"))
+
+
+def _small_dual(tmp_path):
+    from hetjax.graphs.transformers import TransformerConfig
+
+    text = TransformerConfig(name="text-s", arch="bert", d_model=64, n_layers=2, n_heads=2,
+                             d_ff=128)  # fmt: skip
+    vision = TransformerConfig(name="vision-s", arch="vit", d_model=64, n_layers=3, n_heads=2,
+                               d_ff=128, vocab_size=1, max_positions=197)  # fmt: skip
+    return hjo.export_dual_encoder(tmp_path / "dual.onnx", text, vision, seq_len=16)
+
+
+def test_dual_encoder_runs_and_is_no_chain(tmp_path):
+    """Two towers in parallel: checker-valid, runs in ONNX Runtime, imports with one block per
+    layer half of each tower, and the exact solvers refuse it (the vision tower's first block
+    reads the embeddings, not the text tower's last block)."""
+    import onnxruntime as ort
+
+    path = _small_dual(tmp_path)
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    feeds = {"text/input_ids": np.ones((2, 16), np.int64),
+             "text/attention_mask": np.ones((2, 16), np.int64),
+             "vision/pixel_values": np.zeros((2, 3, 224, 224), np.float32)}  # fmt: skip
+    (sim,) = sess.run(None, feeds)
+    assert sim.shape == (2, 1) and np.isfinite(sim).all()
+    imp = hjo.import_model(path, {"batch": 1, "sequence": 16})
+    assert imp.block_names[0] == "embeddings" and imp.block_names[-1] == "head"
+    assert [n for n in imp.block_names if n.startswith("text/")] == [
+        f"text/encoder/layer.{i}.{h}" for i in range(2) for h in ("attention", "ffn")
+    ]
+    assert len([n for n in imp.block_names if n.startswith("vision/")]) == 6
+    with pytest.raises(hj.NotAChainError, match=r"\(a\)"):
+        hj.exact.check_chain(imp.graph, hj.hardware.preset("edge"))
+    # the towers are parallel: the vision tower's first op has no text-tower predecessor
+    g = imp.graph
+    block = np.asarray(g.block)
+    first_vision = int(np.flatnonzero(block == imp.block_names.index(
+        "vision/vit/encoder/layer.0.attention"))[0])  # fmt: skip
+    text_blocks = {i for i, n in enumerate(imp.block_names) if n.startswith("text/")}
+    preds = [int(q) for q in np.asarray(g.preds)[first_vision] if q >= 0]
+    assert preds and not {int(block[q]) for q in preds} & text_blocks
+
+
+def test_dual_encoder_bad_towers_are_refused():
+    with pytest.raises(HetjaxError, match="text tower 'gpt2'"):
+        hjo.build_dual_encoder("gpt2", "vit-b16")
+    with pytest.raises(HetjaxError, match="vision tower 'bert-tiny'"):
+        hjo.build_dual_encoder("bert-tiny", "bert-tiny")
+    with pytest.raises(HetjaxError, match="embed_dim"):
+        hjo.build_dual_encoder("bert-tiny", "vit-b16", embed_dim=0)

@@ -31,6 +31,7 @@ from hetjax.env import PlacementEnv
 
 __all__ = [
     "ADVANTAGES",
+    "GRANULARITIES",
     "FROM_SCRATCH",
     "HEURISTIC_IMITATION_STEPS",
     "HEURISTIC_ENT_COEF",
@@ -64,6 +65,7 @@ ADVANTAGES = ("gae", "greedy_baseline", "group_mean")
 # Observation.blocks (docs/environment.md): what the episode encoder caches per episode
 STATIC_FEATURES_FROM = "batch_choices"
 DYNAMIC_BLOCK_FROM = "placed_on"
+GRANULARITIES = ("block", "op")  # decision granularity of PPOConfig.granularity
 TIES = ("as_solved", "lexmin")  # how the teacher picks among tied plans (teachers.canonical_ties)
 
 
@@ -81,6 +83,10 @@ class PPOConfig:
     # `hj.onnx.load_graph`; the sequence dimension comes from seq_len unless set here
     dims: tuple[tuple[str, int], ...] = ()
     blocks: str | None = None
+    # "block" (decision blocks) or "op": every op is its own decision (`hj.graphs.load`); op
+    # graphs are DAGs with no exact optimum, so they train from scratch or from a heuristic
+    # teacher and the report judges plans against the best found and `hj.bounds`
+    granularity: str = "block"
     platform: str = "edge"  # preset around which training platforms are sampled
     # more presets to sample around: each environment draws one of (platform,) + platforms per
     # update (uniformly); the `place` default and the report's preset row use `platform`
@@ -260,6 +266,8 @@ def _check_config(c: PPOConfig) -> None:
     for name in ("model", "platform"):
         if not isinstance(getattr(c, name), str):
             bad(name, "must be a name (str)")
+    if c.granularity not in GRANULARITIES:
+        bad("granularity", f"must be one of {GRANULARITIES}")
     if isinstance(c.models, str) or not all(isinstance(m, str) for m in c.models):
         bad("models", "must be a tuple of model names")
     if isinstance(c.platforms, str) or not all(isinstance(p, str) for p in c.platforms):
@@ -326,7 +334,7 @@ def _is_numbers(x) -> bool:
 
 # Fields added to PPOConfig after runs were saved without them, and the value those runs used.
 LEGACY_DEFAULTS = {"bc_coef": 0.0, "imitation_ties": "as_solved", "models": (), "dagger_rounds": 0,
-                   "d_max": 0, "shaping": 0.0, "ent_coef_end": None,
+                   "granularity": "block", "d_max": 0, "shaping": 0.0, "ent_coef_end": None,
                    "load_features": False, "batch_epsilon": None,
                    "platforms": (), "formats": 1, "codes": 1, "delta": 0.0,
                    "quality_budget": None, "batch_fit_platforms": 0}  # fmt: skip
@@ -410,8 +418,9 @@ class Setup:
 def load_model(config: PPOConfig, name: str):
     """The `LayerGraph` of one of the config's models (a built-in name or an ONNX file)."""
     if hj.graphs.is_onnx_path(name):
-        return hj.graphs.load(name, config.seq_len, dims=dict(config.dims), blocks=config.blocks)
-    return hj.graphs.load(name, config.seq_len)
+        return hj.graphs.load(name, config.seq_len, config.granularity, dims=dict(config.dims),
+                              blocks=config.blocks)  # fmt: skip
+    return hj.graphs.load(name, config.seq_len, config.granularity)
 
 
 def make_setup(config: PPOConfig) -> Setup:
@@ -478,6 +487,16 @@ def make_setup(config: PPOConfig) -> Setup:
             f"learns from scratch: needs imitation_teacher='none' (got "
             f"{config.imitation_teacher!r}; the teachers place FP16 plans)"
         )
+    if config.imitation_teacher == "exact":  # cloning and validation solve exactly: chains only
+        for name, g in zip(names, graphs, strict=True):
+            try:
+                hj.exact.check_chain(g, base)
+            except hj.NotAChainError as err:
+                raise hj.PlanError(
+                    f"imitation_teacher='exact' needs chain graphs, and {name} at granularity="
+                    f"{config.granularity!r} is not one ({err}); use --teacher none or a "
+                    "heuristic teacher"
+                ) from None
     env = PlacementEnv.sized_for(
         graphs, bases, num_batches=len(config.batches), d_max=device_slots(config),
         formats=config.formats, codes=config.codes,

@@ -17,6 +17,7 @@ from hetjax.agents import ppo, teachers
 from hetjax.compare import gap_pct
 
 __all__ = ["POLICY_SAMPLES", "SEARCH_BUDGETS", "decode_name", "episode_plan", "policy_plan",
+           "has_exact",
            "preset_report", "check_baselines", "held_out_report", "zero_shot_report",
            "plot_learning_curve", "plot_load_distribution", "plot_budget"]  # fmt: skip
 
@@ -89,6 +90,26 @@ def policy_plan(setup: ppo.Setup, params, platform, key=None, best_of: int = 0) 
     return episode_plan(setup, np.asarray(actions)[:, 0])
 
 
+def has_exact(setup: ppo.Setup) -> bool:
+    """Whether the exact solvers apply (`config.model` is a chain on the preset); otherwise
+    (op granularity, ONNX models with parallel branches) the reports judge every plan against
+    the best plan any method found and against `hj.bounds`."""
+    try:
+        hj.exact.check_chain(setup.graph, setup.base)
+    except hj.NotAChainError:
+        return False
+    return True
+
+
+def _bounds(setup: ppo.Setup, platforms) -> np.ndarray:
+    """f64[K]: `hj.bounds.score_bound` of `config.model` on each platform."""
+    c = setup.config
+    g = setup.graph
+    fn = jax.jit(jax.vmap(lambda p: hj.bounds.score_bound(g, p, c.batches, c.weights,
+                                                          formats=c.formats)))  # fmt: skip
+    return np.asarray(fn(platforms), np.float64)
+
+
 def _summary(gaps) -> dict:
     gaps = np.asarray(gaps, np.float64)
     finite = np.isfinite(gaps)
@@ -101,19 +122,33 @@ def _summary(gaps) -> dict:
 
 
 def preset_report(setup: ppo.Setup, params, best_of: int = 0) -> tuple[dict, hj.Plan, hj.Plan]:
-    """Learned plan (`policy_plan` with `best_of`) vs exact optimum on the preset itself, and
-    reductions vs all-on-device-0; `greedy_gap_pct` is the greedy plan's gap either way."""
+    """Learned plan (`policy_plan` with `best_of`) vs exact optimum on the preset itself (a
+    graph that is no chain: vs the best plan of the policy and every baseline there, see
+    `has_exact`), its gap to `hj.bounds.score_bound`, and reductions vs all-on-device-0;
+    `greedy_gap_pct` is the greedy plan's gap either way."""
     c = setup.config
     g, p = setup.graph, setup.base
     plan = policy_plan(setup, params, p, best_of=best_of)
     greedy = plan if best_of == 0 else policy_plan(setup, params, p)
-    opt_plan, opt = hj.exact.optimal_score(g, p, batches=c.batches, weights=c.weights,
-                                           **_search_kw(c))  # fmt: skip
     ref = hj.evaluate(g, p, hj.reference_plan(g))
     m = hj.evaluate(g, p, plan)
     base = hj.evaluate(g, p, hj.Plan(jnp.zeros_like(plan.placement), plan.batch))
     s = float(hj.score(m, ref, c.weights, **_score_kw(c)))
     s_greedy = float(hj.score(hj.evaluate(g, p, greedy), ref, c.weights, **_score_kw(c)))
+    exact = has_exact(setup)
+    if exact:
+        opt_plan, opt = hj.exact.optimal_score(g, p, batches=c.batches, weights=c.weights,
+                                               **_search_kw(c))  # fmt: skip
+    else:  # the best of the policy's plan and every baseline's on the preset
+        opt_plan, opt = plan, s
+        key = jax.random.key(0)
+        for name in baselines.STRATEGIES:
+            cand = hj.baselines.get(name)(key, g, p, c.batches, weights=c.weights,
+                                          **_search_kw(c))  # fmt: skip
+            cs = float(hj.score(hj.evaluate(g, p, cand), ref, c.weights, **_score_kw(c)))
+            if cs > opt:
+                opt_plan, opt = cand, cs
+    bound = float(hj.bounds.score_bound(g, p, c.batches, c.weights, formats=c.formats))
     rep = {
         "decode": decode_name(best_of),
         "simulations": best_of + 1,
@@ -124,9 +159,14 @@ def preset_report(setup: ppo.Setup, params, best_of: int = 0) -> tuple[dict, hj.
         "energy_j": float(m.energy),
         "quality_loss": float(m.quality_loss),
         "score": s,
+        # "exact optimum", or "best found" (no exact solver applies: the best of the policy
+        # and every baseline on the preset; its score is then "optimal_score" too)
+        "reference": "exact optimum" if exact else "best found",
         "optimal_score": float(opt),
         "gap_pct": float(gap_pct(s, float(opt))),
         "greedy_gap_pct": float(gap_pct(s_greedy, float(opt))),
+        "bound_score": bound,  # hj.bounds.score_bound: no plan scores above it
+        "bound_gap_pct": float(gap_pct(s, bound)),
         "latency_reduction_pct": 100
         * (float(base.latency) - float(m.latency))
         / float(base.latency),
@@ -162,7 +202,10 @@ def held_out_report(setup: ppo.Setup, params, key, n: int, best_of: int = 0,
                     baselines: tuple[str, ...] | None = None) -> dict:  # fmt: skip
     """Zero-shot on n platforms sampled from a stream training never used, every gap (% of
     the exact optimum's score) with the simulations (cost-model evaluations) per platform that
-    produced it:
+    produced it. Where no exact solver applies (`has_exact`: op granularity, graphs with
+    parallel branches), the gaps are to the best plan any row found on each platform
+    (out["reference"] says which; out["best_found"] is that plan's gap to the bound). Every
+    row also has "mean_bound_gap_pct", its gap to `hj.bounds.score_bound` (out["bound"]):
     - "policy": the policy as `hetjax place` applies it, the best of its greedy plan and
       `best_of` sampled plans (best_of + 1 simulations; best_of = 0: the greedy plan alone);
     - "policy_greedy": the greedy (argmax) plan, one simulation;
@@ -175,13 +218,24 @@ def held_out_report(setup: ppo.Setup, params, key, n: int, best_of: int = 0,
     c = setup.config
     names = check_baselines(baselines)
     platforms = ppo.sample_platforms(setup, key, n)
+    exact = has_exact(setup)
     t0 = time.perf_counter()
-    optimum, _ = teachers.exact_scores(setup, platforms)
+    optimum = teachers.exact_scores(setup, platforms)[0] if exact else None
     exact_s = time.perf_counter() - t0
+    bound = _bounds(setup, platforms)
+    pending = []  # without an exact optimum: (row, scores), gaps filled in once all have run
 
     def judge(scores, simulations, t0, **extra):
-        return {**_summary(gap_pct(np.asarray(scores), optimum)), "simulations": simulations,
-                **extra, "wall_s": time.perf_counter() - t0}  # fmt: skip
+        scores = np.asarray(scores, np.float64)
+        bound_gap = {"mean_bound_gap_pct": _summary(gap_pct(scores, bound))["mean_gap_pct"]}
+        if exact:
+            return {**_summary(gap_pct(scores, optimum)), **bound_gap,
+                    "simulations": simulations, **extra,
+                    "wall_s": time.perf_counter() - t0}  # fmt: skip
+        row = {"simulations": simulations, **extra, "wall_s": time.perf_counter() - t0,
+               **bound_gap}  # fmt: skip
+        pending.append((row, scores))
+        return row
 
     def policy(k):
         t0 = time.perf_counter()
@@ -194,11 +248,15 @@ def held_out_report(setup: ppo.Setup, params, key, n: int, best_of: int = 0,
         rows = _decode_ks(setup, tuple(ks))(params, jax.random.fold_in(key, 2), platforms)
         rows = np.asarray(rows)  # the greedy plan ignores the key: k = 0 as policy(0)
         wall = time.perf_counter() - t0  # (one wall for all: shared by the rows)
-        done = {k: {**judge(rows[i], k + 1, t0, decode=decode_name(k), k=k), "wall_s": wall}
-                for i, k in enumerate(ks)}  # fmt: skip
+        done = {k: judge(rows[i], k + 1, t0, decode=decode_name(k), k=k) for i, k in enumerate(ks)}
+        for row in done.values():
+            row["wall_s"] = wall
     else:
         done = {}
-    out = {"n": n, "exact_wall_s": exact_s, "policy_greedy": done.get(0) or policy(0)}
+    out = {"n": n, "reference": "exact optimum" if exact else "best found"}
+    if exact:
+        out["exact_wall_s"] = exact_s
+    out["policy_greedy"] = done.get(0) or policy(0)
     if best_of > 0:
         out["policy"] = done.get(best_of) or policy(best_of)
     else:
@@ -227,7 +285,10 @@ def held_out_report(setup: ppo.Setup, params, key, n: int, best_of: int = 0,
         def search_point(name, simulations, **sizes):
             default = hj.baselines.default_sizes(name)
             if {**default, **sizes} == default and name in out["baselines"]:  # its row
-                return {**out["baselines"][name], **sizes}
+                row = out["baselines"][name]
+                copy = {**row, **sizes}
+                pending.extend((copy, sc) for r, sc in list(pending) if r is row)
+                return copy
             t0 = time.perf_counter()
             s = strategy_scores(hj.baselines.get(name), **sizes)
             return judge(s, simulations, t0, **sizes)
@@ -240,7 +301,19 @@ def held_out_report(setup: ppo.Setup, params, key, n: int, best_of: int = 0,
             k = max(1, round(population * iterations / n_batches))
             curve["random_search"].append(search_point("random_search", k * n_batches, k=k))
         out["budget"] = curve
-    if setup.mixed and by_model:  # the greedy policy on the same platforms, each trained model
+    if not exact:  # every method has run: gaps to the best plan any of them found
+        best = np.max(np.stack([sc for _, sc in pending]), axis=0)
+        for row, sc in pending:
+            row.update(_summary(gap_pct(sc, best)))
+        out["best_found"] = {"mean_score": float(np.mean(best)),
+                             **_summary(gap_pct(best, bound))}  # fmt: skip
+    else:
+        out["exact"] = {"mean_score": float(np.mean(optimum)),
+                        **_summary(gap_pct(optimum, bound))}  # fmt: skip
+    out["bound"] = {"mean_score": float(np.mean(bound)),
+                    "what": "hj.bounds.score_bound: every op on its fastest device and format, "
+                            "transfers free, memory and quality budget ignored"}  # fmt: skip
+    if setup.mixed and by_model and exact:  # the greedy policy on the same platforms, each model
         greedy = jax.jit(lambda p, k, pl, ms: ppo.greedy_rollout(setup, p, k, pl, ms)[0])
         out["by_model"] = {}
         for m, name in enumerate(setup.model_names):
@@ -255,7 +328,7 @@ def held_out_report(setup: ppo.Setup, params, key, n: int, best_of: int = 0,
 
 
 def plot_budget(held: dict, path, title: str = ""):
-    """PNG: held-out mean gap to the exact optimum against simulations per platform (log
+    """PNG: held-out mean gap to the exact optimum (or the best found) against simulations (log
     scale): the policy with more samples, the two searches with more budget, and the best
     rule-based baseline at its own budget."""
     import matplotlib
@@ -280,7 +353,8 @@ def plot_budget(held: dict, path, title: str = ""):
     ax.set_yscale("symlog", linthresh=0.01)  # log above 0.01 %, linear down to a gap of 0
     ax.set_ylim(bottom=0)
     ax.set_xlabel("simulations per platform (cost-model evaluations)")
-    ax.set_ylabel(f"mean gap to exact optimum (%), {held['n']} platforms")
+    ref = held.get("reference", "exact optimum")
+    ax.set_ylabel(f"mean gap to {ref} (%), {held['n']} platforms")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     ax.set_title(title or "search budget")
@@ -343,7 +417,7 @@ def plot_load_distribution(setup: ppo.Setup, plan, opt_plan, path, title):
     series = [
         ("all on device 0", hj.Plan(jnp.zeros_like(plan.placement), plan.batch)),
         ("learned policy", plan),
-        ("exact optimum", opt_plan),
+        ("exact optimum" if has_exact(setup) else "best found", opt_plan),
     ]
     fig, ax = plt.subplots(figsize=(13, 4))
     x = np.arange(real.sum())
@@ -392,7 +466,7 @@ def zero_shot_report(setup: ppo.Setup, params, key, models, presets, n: int,
                 "model": Path(model).name if hj.graphs.is_onnx_path(model) else model,
                 "preset": preset, "seen_model": model in setup.model_names,
                 "seen_preset": preset in c.presets, "n": n,
-                "exact_wall_s": held["exact_wall_s"], "policy": held["policy"],
+                "exact_wall_s": held.get("exact_wall_s"), "policy": held["policy"],
                 "policy_greedy": held["policy_greedy"], "baselines": held["baselines"],
             })  # fmt: skip
     return out

@@ -22,7 +22,7 @@ from onnx import TensorProto, helper
 from hetjax.errors import GraphError
 from hetjax.graphs.transformers import TransformerConfig, config
 
-__all__ = ["export_transformer", "build_transformer", "OPSET"]
+__all__ = ["export_transformer", "build_transformer", "write_model", "OPSET"]
 
 OPSET = 17
 # Above this many weight bytes the weights go to an external data file (protobuf's 2 GiB cap).
@@ -393,10 +393,18 @@ def export_transformer(
     exceed 1 GiB store them in `<path>.data` beside the model (ONNX external data). The file
     (and data file) are written atomically.
     """
-    path = Path(path)
     model, inits = build_transformer(
         config_or_name, seq_len=seq_len, batch=batch, dtype=dtype, seed=seed
     )
+    return write_model(model, inits, path)
+
+
+def write_model(model: onnx.ModelProto, inits: list[tuple[str, np.ndarray]],
+                path: str | os.PathLike) -> Path:  # fmt: skip
+    """Write `model` with its weights `inits` ((name, array) pairs) atomically, checked with
+    `onnx.checker`; weights over 1 GiB go to `<path>.data` (ONNX external data). Returns
+    `path`."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     total = sum(a.nbytes for _, a in inits)
     external = total > EXTERNAL_DATA_BYTES
