@@ -555,7 +555,9 @@ def test_op_granularity_trains_from_a_heuristic_and_reports_against_the_best_fou
                     validation=4, baselines=("greedy_eft", "cem"))  # fmt: skip
     held = doc["held_out"]
     assert held["reference"] == "best found" and "exact_wall_s" not in held
-    rows = [held["policy"], held["policy_greedy"], *held["baselines"].values(),
+    assert held["exact_blocks"]["simulations"] == 0  # bert-tiny's blocks are a chain
+    rows = [held["policy"], held["policy_greedy"], held["exact_blocks"],
+            *held["baselines"].values(),
             *(r for curve in held["budget"].values() for r in curve)]  # fmt: skip
     assert min(r["mean_gap_pct"] for r in rows) >= 0.0
     # the best found is below the bound, and so is every row
@@ -567,3 +569,19 @@ def test_op_granularity_trains_from_a_heuristic_and_reports_against_the_best_fou
     assert doc["config"]["granularity"] == "op"
     assert int(ppo.make_setup(cfg).graph.block_mask.sum()) == int(
         hj.graphs.load("bert-tiny", 16, "op").op_mask.sum())  # fmt: skip
+
+
+def test_block_optima_at_op_granularity_score_what_the_block_level_optimum_scores():
+    """The block-level exact plan expanded to ops is a valid op-level plan with the same score
+    (same ops, same schedule); it is a row of op-level reports (`exact_blocks`)."""
+    from hetjax.agents import report
+
+    cfg = dataclasses.replace(TINY, granularity="op")
+    setup = ppo.make_setup(cfg)
+    plats = ppo.sample_platforms(setup, jax.random.key(5), 4)
+    scores, plans = report.block_optima(setup, plats)
+    blocks = hj.graphs.load("bert-tiny", 16)
+    _, want = hj.exact.optimal_scores(blocks, plats, cfg.batches, cfg.weights, workers=1)
+    np.testing.assert_allclose(scores, want, rtol=1e-5)
+    assert plans.placement.shape == (4, setup.graph.n_max)
+    assert report.block_optima(ppo.make_setup(TINY), plats) is None  # block granularity

@@ -101,6 +101,44 @@ def has_exact(setup: ppo.Setup) -> bool:
     return True
 
 
+def block_optima(setup: ppo.Setup, platforms):
+    """At op granularity, the exact optimum of the same model at block granularity (a chain),
+    expanded to ops: a valid op-level plan on each platform, and the best any block-level
+    method can do. (scores f64[K], Plan [K, N] on `setup.graph`), or None where it does not
+    apply (block granularity, a graph that is no chain at block granularity either, or an ONNX
+    model whose block-level import fuses ops, so that its ops are not the op-level ones)."""
+    c = setup.config
+    if c.granularity != "op" or c.formats * c.codes > 1:
+        return None
+    blocks = ppo.load_model(dataclasses.replace(c, granularity="block"), c.model)
+    try:
+        hj.exact.check_chain(blocks, setup.base)
+    except hj.NotAChainError:
+        return None
+    g = setup.graph
+    n = int(np.asarray(blocks.op_mask).sum())
+    same = n == int(np.asarray(g.op_mask).sum()) and all(
+        np.array_equal(np.asarray(getattr(blocks, f))[:n], np.asarray(getattr(g, f))[:n])
+        for f in ("op_class", "flops", "param_bytes", "act_bytes", "out_bytes", "preds", "op_mask")
+    )  # fmt: skip
+    if not same:
+        return None
+    plans, _ = hj.exact.optimal_scores(blocks, platforms, c.batches, c.weights)
+    placement = np.zeros((plans.placement.shape[0], g.n_max), np.int32)
+    placement[:, :n] = np.asarray(plans.placement)[:, :n]
+    plans = hj.Plan(jnp.asarray(placement), jnp.asarray(plans.batch))
+
+    @jax.jit
+    def scores(platforms, plans):
+        def one(p, plan):
+            ref = hj.evaluate(g, p, hj.reference_plan(g))
+            return hj.score(hj.evaluate(g, p, plan), ref, c.weights)
+
+        return jax.vmap(one)(platforms, plans)
+
+    return np.asarray(scores(platforms, plans), np.float64), plans
+
+
 def _bounds(setup: ppo.Setup, platforms) -> np.ndarray:
     """f64[K]: `hj.bounds.score_bound` of `config.model` on each platform."""
     c = setup.config
@@ -139,8 +177,12 @@ def preset_report(setup: ppo.Setup, params, best_of: int = 0) -> tuple[dict, hj.
     if exact:
         opt_plan, opt = hj.exact.optimal_score(g, p, batches=c.batches, weights=c.weights,
                                                **_search_kw(c))  # fmt: skip
-    else:  # the best of the policy's plan and every baseline's on the preset
-        opt_plan, opt = plan, s
+    else:  # the best of the policy's plan, every baseline's and (op granularity) the block
+        opt_plan, opt = plan, s  # level's exact optimum on the preset
+        blocks = block_optima(setup, jax.tree.map(lambda x: x[None], p))
+        if blocks is not None and float(blocks[0][0]) > opt:
+            opt = float(blocks[0][0])
+            opt_plan = jax.tree.map(lambda x: x[0], blocks[1])
         key = jax.random.key(0)
         for name in baselines.STRATEGIES:
             cand = hj.baselines.get(name)(key, g, p, c.batches, weights=c.weights,
@@ -204,7 +246,9 @@ def held_out_report(setup: ppo.Setup, params, key, n: int, best_of: int = 0,
     the exact optimum's score) with the simulations (cost-model evaluations) per platform that
     produced it. Where no exact solver applies (`has_exact`: op granularity, graphs with
     parallel branches), the gaps are to the best plan any row found on each platform
-    (out["reference"] says which; out["best_found"] is that plan's gap to the bound). Every
+    (out["reference"] says which; out["best_found"] is that plan's gap to the bound; at op
+    granularity of a model whose block graph is a chain, out["exact_blocks"] is the block-level
+    exact optimum expanded to ops, one of the rows the best is taken over). Every
     row also has "mean_bound_gap_pct", its gap to `hj.bounds.score_bound` (out["bound"]):
     - "policy": the policy as `hetjax place` applies it, the best of its greedy plan and
       `best_of` sampled plans (best_of + 1 simulations; best_of = 0: the greedy plan alone);
@@ -301,6 +345,12 @@ def held_out_report(setup: ppo.Setup, params, key, n: int, best_of: int = 0,
             k = max(1, round(population * iterations / n_batches))
             curve["random_search"].append(search_point("random_search", k * n_batches, k=k))
         out["budget"] = curve
+    if not exact:
+        t0 = time.perf_counter()
+        blocks = block_optima(setup, platforms)
+        if blocks is not None:  # simulations: none (the chain DP reads block costs)
+            out["exact_blocks"] = judge(blocks[0], 0, t0, what="exact optimum at block "
+                                        "granularity, expanded to ops")  # fmt: skip
     if not exact:  # every method has run: gaps to the best plan any of them found
         best = np.max(np.stack([sc for _, sc in pending]), axis=0)
         for row, sc in pending:

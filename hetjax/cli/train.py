@@ -263,6 +263,8 @@ def train_cmd(
     methods = [(f"PPO policy: {h['policy']['decode']}", h["policy"])]
     if best_of > 0:
         methods.append(("PPO policy: greedy", h["policy_greedy"]))
+    if "exact_blocks" in h:
+        methods.append(("exact optimum at block granularity", h["exact_blocks"]))
     for name, s in [*methods, *h["baselines"].items()]:
         t2.add_row(name, str(s["simulations"]), f"{s['mean_gap_pct']:.2f}",
                    f"{s['median_gap_pct']:.2f}", f"{100 * s['within_1pct']:.1f}",
