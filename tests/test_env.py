@@ -311,3 +311,45 @@ def test_default_env_every_model_and_preset():
         env.pad_platform(hj.hardware.preset(name))
     params = env.make_params(hj.graphs.transformer("tinyllama-1.1b"), hj.hardware.preset("host3"))
     check_env(env, params, KEY)
+
+
+def test_input_devices_and_transfers_follow_the_producers_in_a_dag(step, edge):
+    """`prev_device` is the share of the current block's input bytes by the device each producer
+    (an op in an earlier block, once) was placed on, and `transfer` the time to bring them to
+    each device: on a chain that is the previous block's device (bit for bit what it always
+    was); in a DAG the producers may be blocks further back."""
+    from hetjax.graphs import ELEMWISE, MATMUL
+
+    # block 2 reads block 0 (op 1) and block 1 (op 3); block 3 reads only block 0 (op 1)
+    preds = [[-1, -1], [0, -1], [1, -1], [2, -1], [3, 1], [4, -1], [1, -1], [6, -1]]
+    out = np.array([4e6, 3e6, 2e6, 1e6, 5e6, 6e6, 7e6, 8e6])
+    g = hj.LayerGraph.create(
+        op_class=[MATMUL, ELEMWISE] * 4, block=[0, 0, 1, 1, 2, 2, 3, 3], block_kind=[0, 1, 2, 1],
+        flops=np.full(8, 1e9), act_bytes=np.full(8, 1e6), param_bytes=np.full(8, 1e6),
+        out_bytes=out, preds=preds,
+    )  # fmt: skip
+    params = ENV.make_params(g, edge)
+    p = params.platform
+    sources = {0: {}, 1: {1: out[1]}, 2: {1: out[1], 3: out[3]}, 3: {1: out[1]}}  # op: bytes
+    block_of = [0, 0, 1, 1, 2, 2, 3, 3]
+    devices = [1, 0, 1, 0]
+    obs, state = ENV.reset(KEY, params)
+    obs, state, *_ = step(KEY, state, jnp.int32(2), params)  # batch index 2: 4 samples
+    b = 4.0
+    for j, dev in enumerate(devices):
+        by_dev = np.zeros(ENV.d_max)
+        for op, nbytes in sources[j].items():
+            by_dev[devices[block_of[op]]] += nbytes
+        want = by_dev / by_dev.sum() if by_dev.sum() else by_dev
+        np.testing.assert_allclose(np.asarray(obs.features[LAYOUT["prev_device"]]), want,
+                                   rtol=1e-6)  # fmt: skip
+        x_in = np.zeros(ENV.d_max)
+        for d in range(2):  # edge: two real devices
+            for e in range(2):
+                if by_dev[e] > 0 and e != d:
+                    x_in[d] += float(p.link_latency[e, d]) + b * by_dev[e] / float(p.link_bw[e, d])
+        t = np.asarray(params.block_time[2, j])
+        want_x = np.where(np.asarray(params.legal[j]), np.log1p(x_in / t), 0.0)
+        np.testing.assert_allclose(np.asarray(obs.features[LAYOUT["transfer"]]), want_x,
+                                   rtol=1e-5)  # fmt: skip
+        obs, state, *_ = step(KEY, state, jnp.int32(dev), params)

@@ -1162,11 +1162,27 @@ class PlacementEnv(Environment):
         legal = params.legal[j]
         total0 = _safe(params.suffix0[kb, 0])
         n_blocks = jnp.maximum(params.num_blocks, 1)
-        prev = jnp.maximum(state.prev_device, 0)
-        has_prev = state.prev_device >= 0
         in_b = b * params.block_in[j]
-        x_in = p.link_latency[prev] + in_b / p.link_bw[prev]  # [D] transfer into each device
-        x_in = jnp.where(has_prev & (devs != prev) & dmask, x_in, 0.0)
+        # where the current block's inputs come from: every producer op in an earlier block,
+        # once, on the device its block was placed on. A chain's only producer is the previous
+        # block's last op (so this is the previous block's device, as it always was); in a DAG
+        # (op granularity, parallel branches) the inputs may come from anywhere before.
+        slots = params.slot_i[j]  # [S, 3] producer op, its block, external
+        ext = slots[:, 2] > 0
+        prod = slots[:, 0]
+        earlier = jnp.tril(jnp.ones((prod.shape[0],) * 2, bool), -1)
+        first = ext & ~jnp.any(earlier & ext[None, :] & (prod[None, :] == prod[:, None]), axis=1)
+        src = state.placement[slots[:, 1]]  # [S]
+        from_e = first[:, None] & (src[:, None] == devs[None, :])  # [S, D]
+        bytes_e = jnp.sum(jnp.where(from_e, params.slot_out[j][:, None], 0.0), axis=0)  # [D]
+        has_e = jnp.any(from_e, axis=0)
+        total_in = jnp.sum(bytes_e)
+        count = jnp.maximum(jnp.sum(has_e), 1).astype(jnp.float32)
+        in_share = jnp.where(total_in > 0, bytes_e / _safe(total_in), has_e / count)  # [D]
+        # [E, D] transfer from e into each device d (link latency + bytes / bandwidth)
+        x_ed = p.link_latency + (b * bytes_e)[:, None] / p.link_bw
+        hot = has_e[:, None] & (devs[:, None] != devs[None, :]) & dmask[None, :]
+        x_in = jnp.sum(jnp.where(hot, x_ed, 0.0), axis=0)  # [D]
         mem = (state.mem_params + b * state.mem_act) / p.mem_capacity
         after = (
             state.mem_params
@@ -1197,7 +1213,7 @@ class PlacementEnv(Environment):
             jax.nn.one_hot(params.graph.block_kind[j], NUM_KINDS, dtype=jnp.float32) * on,
             jax.nn.one_hot(kb, k, dtype=jnp.float32) * on,
             (jnp.log1p(in_b / params.mean_bw / t0) * on)[None],
-            jax.nn.one_hot(state.prev_device, d, dtype=jnp.float32),  # all zero for -1
+            in_share.astype(f),  # (prev_device) all zero at the first block
             dmask.astype(f),
             legal.astype(f) * on,
             jnp.where(legal, jnp.log2(_safe(t) / t0), 0.0) * on,
