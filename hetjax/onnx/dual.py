@@ -143,14 +143,9 @@ def export_dual_encoder(
     path: str | os.PathLike,
     text: str | TransformerConfig = "bert-base",
     vision: str | TransformerConfig = "vit-b16",
-    *,
-    seq_len: int = 64,
-    embed_dim: int = EMBED_DIM,
-    dtype: str = "float32",
-    seed: int = 0,
+    **options,
 ) -> Path:
-    """Write `build_dual_encoder(...)` as a checker-valid ONNX file (atomically); returns
-    `path`."""
-    model, inits = build_dual_encoder(text, vision, seq_len=seq_len, embed_dim=embed_dim,
-                                      dtype=dtype, seed=seed)  # fmt: skip
+    """Write `build_dual_encoder(text, vision, **options)` (seq_len, embed_dim, dtype, seed) as
+    a checker-valid ONNX file (atomically); returns `path`."""
+    model, inits = build_dual_encoder(text, vision, **options)
     return write_model(model, inits, path)
