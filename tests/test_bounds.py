@@ -8,12 +8,12 @@ import math
 import jax
 import numpy as np
 import pytest
+import strategies as S
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import hetjax as hj
 from hetjax.bounds import _GRID
-from tests import strategies as S
 
 BATCHES = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
 WEIGHTS = (0.6, 0.3, 0.1)
