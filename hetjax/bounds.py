@@ -18,7 +18,9 @@ SPEC, +inf where op i cannot run on d in format q, m_i = min over (d, q)):
 - score: alpha T_ref / T_lb + beta X_ub / X_ref - gamma E_lb / E_ref (weights >= 0; the
   quality term, -delta * quality_loss <= 0, is dropped), maximised over the batch set.
 
-Every step only removes constraints, so no plan of any method scores above it: the gap of a
+Every step only removes constraints, so no plan of any method scores above it (up to float32
+rounding: a plan that meets the bound, such as one device running everything, may exceed it by
+a few ulp; `hj.compare.gap_pct` clamps such gaps at 0): the gap of a
 plan to the bound overstates its gap to the (unknown) optimum. On chains, where the exact
 optimum exists, docs/agent.md ("Beyond chains") measures how loose it is.
 """
@@ -40,7 +42,9 @@ from hetjax.hardware import Platform
 
 __all__ = ["Bound", "op_durations", "latency_lower_bound", "bound", "score_bound"]
 
-# grid steps per unit of the simplex of device weights lam (at most ~4k points)
+# grid steps per unit of the simplex of device weights lam, by device slots (65 points for 2,
+# 561 for 3, 969 for 4, 8 steps beyond: 6435 points for 8). Sized by the padded d_max: weight
+# on an unreal slot only weakens that point's bound, never invalidates it
 _GRID = {1: 1, 2: 64, 3: 32, 4: 16}
 
 

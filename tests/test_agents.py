@@ -546,8 +546,11 @@ def test_op_granularity_trains_from_a_heuristic_and_reports_against_the_best_fou
     also has its gap to hj.bounds; the exact teacher is refused before any work."""
     from hetjax.agents.jobs import train_job
 
+    exact_op = dataclasses.replace(TINY, granularity="op", imitation_teacher="exact")
+    ppo.make_setup(exact_op)  # applying such a policy needs no exact solver
     with pytest.raises(hj.PlanError, match="granularity='op' is not one"):
-        ppo.make_setup(dataclasses.replace(TINY, granularity="op", imitation_teacher="exact"))
+        train_job(exact_op, tmp_path / "exact", progress=False)
+    assert not (tmp_path / "exact").exists()
     with pytest.raises(hj.PlanError, match="granularity"):
         ppo.PPOConfig(granularity="layer")
     cfg = dataclasses.replace(TINY, granularity="op", num_updates=2)

@@ -47,6 +47,7 @@ __all__ = [
     "behaviour_epsilon",
     "sample_platforms",
     "device_slots",
+    "check_exact_teacher",
     "sample_models",
     "concat_teachers",
     "greedy_rollout",
@@ -487,16 +488,6 @@ def make_setup(config: PPOConfig) -> Setup:
             f"learns from scratch: needs imitation_teacher='none' (got "
             f"{config.imitation_teacher!r}; the teachers place FP16 plans)"
         )
-    if config.imitation_teacher == "exact":  # cloning and validation solve exactly: chains only
-        for name, g in zip(names, graphs, strict=True):
-            try:
-                hj.exact.check_chain(g, base)
-            except hj.NotAChainError as err:
-                raise hj.PlanError(
-                    f"imitation_teacher='exact' needs chain graphs, and {name} at granularity="
-                    f"{config.granularity!r} is not one ({err}); use --teacher none or a "
-                    "heuristic teacher"
-                ) from None
     env = PlacementEnv.sized_for(
         graphs, bases, num_batches=len(config.batches), d_max=device_slots(config),
         formats=config.formats, codes=config.codes,
@@ -528,6 +519,25 @@ def make_setup(config: PPOConfig) -> Setup:
     )
     return Setup(config, env, graph, base, network, episode_len, optimizer, minibatch_steps,
                  names, hj.graphs.stack(graphs), tuple(bases))  # fmt: skip
+
+
+def check_exact_teacher(setup: Setup) -> None:
+    """Training with `imitation_teacher="exact"` solves exactly (cloning, validation, DAgger):
+    one `hj.PlanError` line unless every trained model is a chain on the preset (an op-level
+    graph or an ONNX model with parallel branches is not). Applying a trained policy needs no
+    exact solver, so `make_setup` does not check this; the trainer and `make_train` do."""
+    c = setup.config
+    if c.imitation_teacher != "exact":
+        return
+    for m, name in enumerate(setup.model_names):
+        try:
+            hj.exact.check_chain(jax.tree.map(lambda x, m=m: x[m], setup.graphs), setup.base)
+        except hj.NotAChainError as err:
+            raise hj.PlanError(
+                f"imitation_teacher='exact' needs chain graphs, and {name} at granularity="
+                f"{c.granularity!r} is not one ({err}); use --teacher none or a heuristic "
+                "teacher"
+            ) from None
 
 
 def device_slots(config: PPOConfig) -> int:
@@ -1051,6 +1061,7 @@ def make_train(config: PPOConfig, teacher: Teacher | None = None):
     (exact optima are a host-side search).
     """
     setup = make_setup(config)
+    check_exact_teacher(setup)
     if (config.imitation_steps > 0 or config.bc_coef > 0) and teacher is None:
         raise hj.PlanError(
             "imitation_steps > 0 or bc_coef > 0 needs a teacher (see agents.teachers)"

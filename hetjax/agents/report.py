@@ -363,7 +363,16 @@ def held_out_report(setup: ppo.Setup, params, key, n: int, best_of: int = 0,
     out["bound"] = {"mean_score": float(np.mean(bound)),
                     "what": "hj.bounds.score_bound: every op on its fastest device and format, "
                             "transfers free, memory and quality budget ignored"}  # fmt: skip
-    if setup.mixed and by_model and exact:  # the greedy policy on the same platforms, each model
+
+    def chain(m):
+        try:
+            hj.exact.check_chain(jax.tree.map(lambda x: x[m], setup.graphs), setup.base)
+        except hj.NotAChainError:
+            return False
+        return True
+
+    chains = exact and all(chain(m) for m in range(len(setup.model_names)))
+    if setup.mixed and by_model and chains:  # the greedy policy on the same platforms, each model
         greedy = jax.jit(lambda p, k, pl, ms: ppo.greedy_rollout(setup, p, k, pl, ms)[0])
         out["by_model"] = {}
         for m, name in enumerate(setup.model_names):
@@ -515,7 +524,7 @@ def zero_shot_report(setup: ppo.Setup, params, key, models, presets, n: int,
             out.append({
                 "model": Path(model).name if hj.graphs.is_onnx_path(model) else model,
                 "preset": preset, "seen_model": model in setup.model_names,
-                "seen_preset": preset in c.presets, "n": n,
+                "seen_preset": preset in c.presets, "n": n, "reference": held["reference"],
                 "exact_wall_s": held.get("exact_wall_s"), "policy": held["policy"],
                 "policy_greedy": held["policy_greedy"], "baselines": held["baselines"],
             })  # fmt: skip

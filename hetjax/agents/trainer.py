@@ -78,6 +78,7 @@ class Trainer:
         self.out = Path(out_dir)
         self.chunk = chunk
         self.setup = ppo.make_setup(config)
+        ppo.check_exact_teacher(self.setup)  # before any work: exact needs chains
         self.keys = key_streams(config.seed)
         self.n_validation = validation
         # (scores f32[E], actions int32[T, E]) of the greedy policy; one compiled rollout

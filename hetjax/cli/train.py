@@ -293,7 +293,7 @@ def train_cmd(
         console.print(t3)
     if "zero_shot" in doc:
         t5 = Table(title="zero-shot: greedy policy and the best baseline, mean gap % to the exact "
-                   "optimum")  # fmt: skip
+                   "optimum (or, for a model that is no chain, the best found)")  # fmt: skip
         for col in ("model", "preset", "seen", "policy (greedy)", f"policy ({best_of + 1} sims)",
                     "best baseline", "gap %"):  # fmt: skip
             t5.add_column(col, justify="right")

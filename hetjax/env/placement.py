@@ -1176,9 +1176,10 @@ class PlacementEnv(Environment):
         from_e = first[:, None] & (src[:, None] == devs[None, :])  # [S, D]
         bytes_e = jnp.sum(jnp.where(from_e, params.slot_out[j][:, None], 0.0), axis=0)  # [D]
         has_e = jnp.any(from_e, axis=0)
+        n_e = jnp.sum(from_e, axis=0).astype(jnp.float32)  # producers on each device
         total_in = jnp.sum(bytes_e)
-        count = jnp.maximum(jnp.sum(has_e), 1).astype(jnp.float32)
-        in_share = jnp.where(total_in > 0, bytes_e / _safe(total_in), has_e / count)  # [D]
+        in_share = jnp.where(total_in > 0, bytes_e / _safe(total_in),
+                             n_e / jnp.maximum(jnp.sum(n_e), 1.0))  # [D]  # fmt: skip
         # [E, D] transfer from e into each device d (link latency + bytes / bandwidth)
         x_ed = p.link_latency + (b * bytes_e)[:, None] / p.link_bw
         hot = has_e[:, None] & (devs[:, None] != devs[None, :]) & dmask[None, :]

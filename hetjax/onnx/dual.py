@@ -1,5 +1,8 @@
-"""A dual encoder (CLIP-style: a text tower and a vision tower joined by a similarity head) as a
-real ONNX model, built in code: a Transformer graph that is not a chain.
+"""A dual encoder (a text tower and a vision tower joined by a similarity head, shaped like CLIP's
+two towers) as a real ONNX model, built in code: a Transformer graph that is not a chain. The
+head projects the text tower's pooled output and the vision tower's output as `build_transformer`
+writes it (ViT's classifier logits, not CLIP's projected CLS features: the towers are reused as
+exported) to a shared width and takes their dot product.
 
 The two towers are independent branches from the inputs to the head, so at block granularity
 (one attention and one FFN block per layer of each tower) the vision tower's first block reads
