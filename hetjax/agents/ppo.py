@@ -48,6 +48,7 @@ __all__ = [
     "sample_platforms",
     "device_slots",
     "check_exact_teacher",
+    "chain_error",
     "sample_models",
     "concat_teachers",
     "greedy_rollout",
@@ -530,14 +531,23 @@ def check_exact_teacher(setup: Setup) -> None:
     if c.imitation_teacher != "exact":
         return
     for m, name in enumerate(setup.model_names):
-        try:
-            hj.exact.check_chain(jax.tree.map(lambda x, m=m: x[m], setup.graphs), setup.base)
-        except hj.NotAChainError as err:
+        err = chain_error(setup, m)
+        if err is not None:
             raise hj.PlanError(
                 f"imitation_teacher='exact' needs chain graphs, and {name} at granularity="
                 f"{c.granularity!r} is not one ({err}); use --teacher none or a heuristic "
                 "teacher"
-            ) from None
+            )
+
+
+def chain_error(setup: Setup, m: int = 0) -> hj.NotAChainError | None:
+    """Why trained model m (index into `setup.model_names`) is no chain on the preset, so that
+    no exact solver applies to it (`hj.exact.check_chain`); None if it is one."""
+    try:
+        hj.exact.check_chain(jax.tree.map(lambda x: x[m], setup.graphs), setup.base)
+    except hj.NotAChainError as err:
+        return err
+    return None
 
 
 def device_slots(config: PPOConfig) -> int:

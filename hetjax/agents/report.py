@@ -90,15 +90,12 @@ def policy_plan(setup: ppo.Setup, params, platform, key=None, best_of: int = 0) 
     return episode_plan(setup, np.asarray(actions)[:, 0])
 
 
-def has_exact(setup: ppo.Setup) -> bool:
-    """Whether the exact solvers apply (`config.model` is a chain on the preset); otherwise
-    (op granularity, ONNX models with parallel branches) the reports judge every plan against
-    the best plan any method found and against `hj.bounds`."""
-    try:
-        hj.exact.check_chain(setup.graph, setup.base)
-    except hj.NotAChainError:
-        return False
-    return True
+def has_exact(setup: ppo.Setup, m: int = 0) -> bool:
+    """Whether the exact solvers apply to trained model m (default `config.model`: a chain on
+    the preset, `ppo.chain_error`); otherwise (op granularity, ONNX models with parallel
+    branches) the reports judge every plan against the best plan any method found and against
+    `hj.bounds`."""
+    return ppo.chain_error(setup, m) is None
 
 
 def block_optima(setup: ppo.Setup, platforms):
@@ -351,7 +348,7 @@ def held_out_report(setup: ppo.Setup, params, key, n: int, best_of: int = 0,
         if blocks is not None:  # simulations: none (the chain DP reads block costs)
             out["exact_blocks"] = judge(blocks[0], 0, t0, what="exact optimum at block "
                                         "granularity, expanded to ops")  # fmt: skip
-    if not exact:  # every method has run: gaps to the best plan any of them found
+        # every method has run: gaps to the best plan any of them found
         best = np.max(np.stack([sc for _, sc in pending]), axis=0)
         for row, sc in pending:
             row.update(_summary(gap_pct(sc, best)))
@@ -363,15 +360,7 @@ def held_out_report(setup: ppo.Setup, params, key, n: int, best_of: int = 0,
     out["bound"] = {"mean_score": float(np.mean(bound)),
                     "what": "hj.bounds.score_bound: every op on its fastest device and format, "
                             "transfers free, memory and quality budget ignored"}  # fmt: skip
-
-    def chain(m):
-        try:
-            hj.exact.check_chain(jax.tree.map(lambda x: x[m], setup.graphs), setup.base)
-        except hj.NotAChainError:
-            return False
-        return True
-
-    chains = exact and all(chain(m) for m in range(len(setup.model_names)))
+    chains = exact and all(has_exact(setup, m) for m in range(len(setup.model_names)))
     if setup.mixed and by_model and chains:  # the greedy policy on the same platforms, each model
         greedy = jax.jit(lambda p, k, pl, ms: ppo.greedy_rollout(setup, p, k, pl, ms)[0])
         out["by_model"] = {}
