@@ -50,7 +50,6 @@ def test_preset_rows_are_consistent(tiny):
     assert not dominated.any()
 
 
-@pytest.mark.x64
 def test_sampled_summary(tiny):
     graph, platform = tiny
     out = compare.compare_sampled(graph, platform, 3, seed=1, methods=("all_gpu", "greedy_eft"))

@@ -77,7 +77,8 @@ def test_fast_equals_enumeration_and_one_by_one(seed, n_blocks, n_dev, tight, w)
 
 
 @pytest.mark.xla_default
-@pytest.mark.parametrize("name", ["edge", "host3"])
+# three devices in every suite (the larger label sets); two with --slow
+@pytest.mark.parametrize("name", [pytest.param("edge", marks=pytest.mark.slow), "host3"])
 def test_fast_equals_one_by_one_on_identical_layers(name):
     """bert-mini's layers are identical: many plans tie in float64, and the choice among them
     is `optimal_score`'s."""

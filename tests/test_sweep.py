@@ -200,7 +200,6 @@ def small_run(tmp_path_factory):
     return spec, hj.sweep.run(spec, out, workers=1, progress=False), out
 
 
-@pytest.mark.x64
 def test_small_sweep_rows_metrics_and_gaps(small_run):
     spec, table, out = small_run
     methods = ["exact", "all_gpu", "greedy_eft", "random_search"]

@@ -30,6 +30,7 @@ import jax.numpy as jnp
 import optax
 
 from hetjax.agents import ppo
+from hetjax.agents.network import CACHED_ENCODERS
 
 __all__ = ["FitInfo", "batch_scores", "make_batch_fit"]
 
@@ -110,7 +111,7 @@ def make_batch_fit(setup: ppo.Setup, *, platforms: int, steps: int, keep: float 
             obs = _replay(setup, env_params, target, k_roll)
         mask = obs.action_mask  # bool[T, E, A]
         block = (jnp.arange(mask.shape[0]) >= 1)[:, None] & traj.valid  # bool[T, E] block steps
-        if setup.config.encoder == "episode":  # minibatches of what the cached path reads
+        if setup.config.encoder in CACHED_ENCODERS:  # minibatches of what the cached path reads
             obs = ppo.episode_obs(setup, obs)
 
         def log_probs(p, obs, mask):

@@ -35,18 +35,24 @@ __all__ = ["EpisodeActorCritic", "EpisodeContext", "dynamic_view", "static_view"
 def static_view(net: EpisodeActorCritic, obs):
     """The part of observations (any leading axes) that `net.encode_static` reads: the static
     block columns (`blocks[..., :block_split]`) and the static tail of the flat features
-    (`features[..., feature_split:]`); `block_mask` and the rest as they are."""
+    (`features[..., feature_split:]`, up to `net.static_to` where the network has one);
+    `block_mask` and the rest as they are."""
+    end = getattr(net, "static_to", None)  # the static part's end (None: the last column)
     return obs.replace(blocks=obs.blocks[..., : net.block_split],
-                       features=obs.features[..., net.feature_split :])  # fmt: skip
+                       features=obs.features[..., net.feature_split : end])  # fmt: skip
 
 
 def dynamic_view(net: EpisodeActorCritic, obs):
     """The part of observations (any leading axes) that `net.step_dynamic` reads: the dynamic
     block columns (`blocks[..., block_split:]`: placed_on, placed, current, ...) and the
-    dynamic head of the flat features (`features[..., :feature_split]`). About a third of an
-    observation: what the update keeps of every step (`ppo.EpisodeObs`)."""
-    return obs.replace(blocks=obs.blocks[..., net.block_split :],
-                       features=obs.features[..., : net.feature_split])  # fmt: skip
+    dynamic head of the flat features (`features[..., :feature_split]`, then what follows
+    `net.static_to` where the network has one). About a third of an observation: what the
+    update keeps of every step (`ppo.EpisodeObs`)."""
+    end, f = getattr(net, "static_to", None), obs.features
+    dyn = f[..., : net.feature_split]
+    if end is not None:  # what follows the static part is dynamic too
+        dyn = jnp.concatenate([dyn, f[..., end:]], axis=-1)
+    return obs.replace(blocks=obs.blocks[..., net.block_split :], features=dyn)
 
 
 @struct.dataclass

@@ -11,10 +11,12 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-__all__ = ["ActorCritic", "ENCODERS", "masked_logits"]
+__all__ = ["ActorCritic", "CACHED_ENCODERS", "ENCODERS", "masked_logits"]
 
-ENCODERS = ("deepsets", "attention", "episode")  # how the network summarises the blocks
-# ("episode": `episode_net.EpisodeActorCritic`, blocks and platform encoded once per episode)
+ENCODERS = ("deepsets", "attention", "episode", "device")  # how the network summarises blocks
+# ("episode": `episode_net.EpisodeActorCritic`, blocks and platform encoded once per episode;
+# "device": `device_net.DeviceActorCritic`, the same split with the devices read as a set)
+CACHED_ENCODERS = ("episode", "device")  # the encoders with the per-episode cached path
 
 
 def masked_logits(logits: jax.Array, mask: jax.Array) -> jax.Array:

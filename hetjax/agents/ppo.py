@@ -26,8 +26,9 @@ import optax
 
 import hetjax as hj
 from hetjax.agents.episode_net import EpisodeActorCritic, dynamic_view, static_view
-from hetjax.agents.network import ENCODERS, ActorCritic
-from hetjax.env import PlacementEnv
+from hetjax.agents.device_net import DeviceActorCritic
+from hetjax.agents.network import CACHED_ENCODERS, ENCODERS, ActorCritic
+from hetjax.env import PlacementEnv, block_feature_sizes, feature_sizes
 
 __all__ = [
     "ADVANTAGES",
@@ -506,6 +507,14 @@ def make_setup(config: PPOConfig) -> Setup:
             share_from=env.block_feature_layout["time_share"].start if config.load_features
             else None,
         )  # fmt: skip
+    elif config.encoder == "device":
+        network = DeviceActorCritic(
+            env.num_actions, env.feature_layout[STATIC_FEATURES_FROM].start,
+            env.block_feature_layout[DYNAMIC_BLOCK_FROM].start, env.d_max, env.num_batches,
+            env.formats * env.codes, feature_sizes(env.num_batches, env.d_max, env.formats,
+                                                   env.codes),
+            block_feature_sizes(env.d_max), config.width, config.head_width,
+        )  # fmt: skip
     else:
         network = ActorCritic(env.num_actions, config.width, config.heads, config.layers,
                               config.encoder)  # fmt: skip
@@ -679,7 +688,7 @@ def policy_apply(setup: Setup, net_params, obs):
     path, as the rollout did: each episode is encoded at its batch step and at its first block
     step, and every later step reads the latter. Other shapes, and the other encoders, apply
     the network to every observation (the full recomputation, equal to the cached path)."""
-    whole = not isinstance(obs, EpisodeObs) and setup.config.encoder == "episode"
+    whole = not isinstance(obs, EpisodeObs) and setup.config.encoder in CACHED_ENCODERS
     if whole and obs.current.ndim == 2 and obs.current.shape[0] >= 2:
         obs = episode_obs(setup, obs)
     if isinstance(obs, EpisodeObs):
@@ -709,7 +718,7 @@ def _rollout(setup: Setup, net_params, key, params, epsilon, greedy=False, batch
     n = jax.tree.leaves(params)[0].shape[0]
     k_reset, k_steps = jax.random.split(key)
     obs, state = jax.vmap(env.reset)(jax.random.split(k_reset, n), params)
-    cached = setup.config.encoder == "episode"
+    cached = setup.config.encoder in CACHED_ENCODERS
     compact = compact and cached
     if cached:
         encode, apply_step = _episode_fns(setup, net_params)
@@ -940,7 +949,7 @@ def make_update(setup: Setup, demos=None, demo_weighted: bool = False):
                 net_params, opt_state = carry
                 idx, kd = xs
                 tr, a, tg = jax.tree.map(lambda x: x[:, idx], data)
-                if c.encoder == "episode":  # whole episodes [T, E/minibatches]: cached path
+                if c.encoder in CACHED_ENCODERS:  # whole episodes [T, E/minibatches]: cached path
                     flat = (tr, a, tg)
                 else:
                     flat = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), (tr, a, tg))
