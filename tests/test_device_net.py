@@ -94,7 +94,7 @@ def test_permuting_devices_permutes_the_logits(setup, rollout):
     checked = 0
     for t in (0, 1, 3, traj.action.shape[0] - 1):
         for e in (0, 5):
-            obs = jax.tree.map(lambda x: np.asarray(x[t, e]), traj.obs)
+            obs = jax.tree.map(lambda x, t=t, e=e: np.asarray(x[t, e]), traj.obs)
             real = int(obs.features[env.feature_layout["device_real"]].sum())
             logits, value = (np.asarray(x) for x in apply(runner.params, obs))
             for perm in (np.array([1, 0, 2]), np.array([2, 0, 1])):

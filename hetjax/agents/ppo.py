@@ -25,8 +25,8 @@ import numpy as np
 import optax
 
 import hetjax as hj
-from hetjax.agents.episode_net import EpisodeActorCritic, dynamic_view, static_view
 from hetjax.agents.device_net import DeviceActorCritic
+from hetjax.agents.episode_net import EpisodeActorCritic, dynamic_view, static_view
 from hetjax.agents.network import CACHED_ENCODERS, ENCODERS, ActorCritic
 from hetjax.env import PlacementEnv, block_feature_sizes, feature_sizes
 

@@ -90,7 +90,9 @@ def train_cmd(
     advantage: Annotated[
         str | None, typer.Option(help="gae | greedy_baseline | group_mean")
     ] = None,
-    encoder: Annotated[str | None, typer.Option(help="deepsets | attention | episode | device")] = None,
+    encoder: Annotated[
+        str | None, typer.Option(help="deepsets | attention | episode | device")
+    ] = None,
     formats: Annotated[
         bool,
         typer.Option("--formats", help="each block also picks FP16 / INT8 / INT4 (cost model 2.0)"),
