@@ -48,7 +48,8 @@ def _block(tree):
 
 # the settings an encoder is timed with besides `encoder` (the episode encoder's block
 # embeddings are 64 wide, as `hetjax train --teacher none` trains it)
-ENCODER_SETTINGS = {"deepsets": {}, "attention": {}, "episode": {"width": 64}}
+ENCODER_SETTINGS = {"deepsets": {}, "attention": {}, "episode": {"width": 64},
+                    "device": {"width": 64}}  # fmt: skip
 
 
 # the PPO settings a row is timed with: "default" (PPOConfig's, the default job's PPO phase:

@@ -39,6 +39,7 @@ VARIANTS = {
     "epsilon 0": {"epsilon": 0.0},
     "teacher greedy_eft": {"imitation_teacher": "greedy_eft", "bc_coef": 0.0},
     "encoder episode": {"encoder": "episode", "width": 64},
+    "encoder device": {"encoder": "device", "width": 64},
 }
 
 

@@ -230,3 +230,17 @@ def test_training_samples_around_every_preset_of_platforms():
         ppo.make_setup(dataclasses.replace(TINY, platforms=("edge",)))
     with pytest.raises(hj.UnknownNameError):
         ppo.make_setup(dataclasses.replace(TINY, platforms=("mars",)))
+
+
+def test_default_zero_shot_grid_starts_with_what_was_trained_and_fits_the_slots():
+    """`hetjax train` without zero-shot options reports `jobs.DEFAULT_ZERO_SHOT`."""
+    from hetjax.agents.jobs import check_zero_shot, default_zero_shot
+
+    grid = default_zero_shot(ppo.PPOConfig())
+    assert grid == {"models": ["bert-base", "vit-b16", "gpt2"],
+                    "presets": ["edge", "soc", "host3"], "n": 32}  # fmt: skip
+    cfg = dataclasses.replace(TINY, platform="soc", d_max=0)  # two slots: no host3
+    grid = default_zero_shot(cfg, 4)
+    assert grid == {"models": ["bert-tiny", "bert-base", "vit-b16", "gpt2"],
+                    "presets": ["soc", "edge"], "n": 4}  # fmt: skip
+    assert check_zero_shot(cfg, grid) == grid

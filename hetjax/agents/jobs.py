@@ -9,7 +9,13 @@ from pathlib import Path
 
 import jax
 
-__all__ = ["train_job", "load_policy", "check_zero_shot"]
+__all__ = ["DEFAULT_ZERO_SHOT", "train_job", "load_policy", "check_zero_shot", "default_zero_shot"]
+
+# The zero-shot grid of a `hetjax train` given neither zero-shot option: models of another
+# architecture (a vision encoder, a decoder) and presets of another kind (a phone SoC, a host
+# with a third device), besides the trained model and preset (`default_zero_shot`).
+DEFAULT_ZERO_SHOT = {"models": ("bert-base", "vit-b16", "gpt2"),
+                     "presets": ("edge", "soc", "host3"), "n": 32}  # fmt: skip
 
 
 def train_job(config, out: Path, *, resume: bool = False, held_out: int = 256, chunk: int = 10,
@@ -112,6 +118,21 @@ def load_policy(checkpoint_dir: Path):
     best = d / "best.msgpack"  # the validation-selected policy, else the latest
     runner, _ = load_checkpoint(best if best.exists() else d / "checkpoint.msgpack", template)
     return config, runner.params
+
+
+def default_zero_shot(config, n: int | None = None) -> dict:
+    """`DEFAULT_ZERO_SHOT` for a config: the trained model and preset first, then the grid's
+    others, without the presets that have more devices than the policy's slots; `n` platforms
+    per pair (None: the grid's)."""
+    from hetjax import hardware
+    from hetjax.agents import ppo
+
+    models = [config.model] + [m for m in DEFAULT_ZERO_SHOT["models"] if m != config.model]
+    presets = [config.platform] + [p for p in DEFAULT_ZERO_SHOT["presets"]
+                                   if p != config.platform]  # fmt: skip
+    slots = ppo.device_slots(config)
+    presets = [p for p in presets if hardware.preset(p).d_max <= slots]
+    return {"models": models, "presets": presets, "n": DEFAULT_ZERO_SHOT["n"] if n is None else n}
 
 
 def check_zero_shot(config, zero_shot: dict) -> dict:

@@ -50,8 +50,12 @@ def train_cmd(
         str | None, typer.Option(help="presets of the zero-shot report, comma-separated")
     ] = None,
     zero_shot_n: Annotated[
-        int, typer.Option(help="held-out platforms per zero-shot (model, preset) pair")
-    ] = 64,
+        int | None,
+        typer.Option(
+            help="held-out platforms per zero-shot (model, preset) pair (default 64; without "
+            "--zero-shot-models/-platforms the default grid's 32, and 0 turns it off)"
+        ),
+    ] = None,
     baselines: Annotated[
         str | None,
         typer.Option(
@@ -185,7 +189,11 @@ def train_cmd(
     zs_models, zs_presets = _names(zero_shot_models), _names(zero_shot_platforms)
     for name in zs_presets:
         checks.one_of("--zero-shot-platforms", name, tuple(hj.hardware.PRESETS))
-    checks.at_least("--zero-shot-n", zero_shot_n, 1)
+    default_grid = not zs_models and not zs_presets
+    if not default_grid:
+        checks.at_least("--zero-shot-n", zero_shot_n, 1)
+    else:
+        checks.at_least("--zero-shot-n", zero_shot_n, 0)
     if bool(zs_models) != bool(zs_presets):
         raise checks.OptionError(
             f"--zero-shot-models {zero_shot_models!r} and --zero-shot-platforms "
@@ -227,8 +235,15 @@ def train_cmd(
         )
     make_setup(config)  # the config's own rules (e.g. num_envs a multiple of num_minibatches)
     zero_shot = None
-    if zs_models:
-        zero_shot = {"models": list(zs_models), "presets": list(zs_presets), "n": zero_shot_n}
+    if default_grid and zero_shot_n != 0:  # the default grid (jobs.DEFAULT_ZERO_SHOT)
+        from hetjax.agents.jobs import default_zero_shot
+
+        zero_shot = default_zero_shot(config, zero_shot_n)
+        zs_presets = zero_shot["presets"]
+    elif zs_models:
+        zero_shot = {"models": list(zs_models), "presets": list(zs_presets),
+                     "n": 64 if zero_shot_n is None else zero_shot_n}  # fmt: skip
+    if zero_shot is not None:
         with checks.naming("--zero-shot-platforms", ",".join(zs_presets)):
             from hetjax.agents.jobs import check_zero_shot
 
