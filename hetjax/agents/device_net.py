@@ -6,9 +6,9 @@ meets untrained weights, and the policy's logit for it is noise. `DeviceActorCri
 the devices as a set instead, as the blocks already are:
 
 - every device-indexed column of the observation (the flat features' per-device groups, the
-  device and link descriptors, the batch table's columns, the block rows' per-device times and
-  legality, the placed-blocks summary and load sums) is read through weights shared by all
-  devices, one vector per device;
+  device descriptors (relative to the platform's mean device) and link descriptors, the batch
+  table's columns, the block rows' per-device times and legality, the placed-blocks summary
+  and load sums) is read through weights shared by all devices, one vector per device;
 - what the network knows of the platform as a whole is pooled over the real devices (mean and
   max), and each block's embedding pools its per-device columns the same way;
 - the block step's logits are one shared head per device (`formats * codes` logits each, in
@@ -166,7 +166,13 @@ class DeviceActorCritic(nn.Module):
         links = f[fs["links"]].reshape(d, d, 3)
         other = (dmask[:, None] & dmask[None, :] & ~jnp.eye(d, dtype=bool)).astype(f.dtype)
         n_other = jnp.maximum(other.sum(1), 1.0)[:, None]
-        dev_in = [desc, f[fs["runs_all"]][:, None], f[fs["batch_table"]].reshape(k, d).T,
+        # descriptors relative to the platform's mean device (log scale): the policy compares
+        # devices rather than reading absolute numbers it may never have seen (a CPU after
+        # training on GPUs and NPUs)
+        n_dev = jnp.maximum(dmask.sum(), 1).astype(f.dtype)
+        centred = desc - jnp.sum(jnp.where(dmask[:, None], desc, 0.0), 0) / n_dev
+        dev_in = [jnp.where(dmask[:, None], centred, 0.0), f[fs["runs_all"]][:, None],
+                  f[fs["batch_table"]].reshape(k, d).T,
                   jnp.einsum("de,dec->dc", other, links) / n_other,
                   jnp.einsum("ed,edc->dc", other, links) / n_other]  # fmt: skip
         dev = nn.gelu(self.dev1(jnp.concatenate(dev_in, -1)))  # [D, H]
