@@ -232,6 +232,28 @@ def agent_preset() -> tuple[Row, list[Row]]:
     return head, rows
 
 
+def agent_zero_shot() -> tuple[Row, list[Row]]:
+    """report.json's zero-shot grid: per (model, preset) the greedy policy's mean gap, the
+    best of 17's, and CEM's at 1536 simulations (every baseline is in the file)."""
+    entries = load(DEMO_REPORT)["zero_shot"]
+    models = list(dict.fromkeys(e["model"] for e in entries))
+    presets = list(dict.fromkeys(e["preset"] for e in entries))
+    seen = {e["preset"]: e["seen_preset"] for e in entries}
+    by = {(e["model"], e["preset"]): e for e in entries}
+    head = ["gap %: greedy (best of 17) / cem"]
+    head += [f"{p} (trained)" if seen[p] else p for p in presets]
+    rows = []
+    for m in models:
+        row = [f"{m} (trained)" if by[m, presets[0]]["seen_model"] else m]
+        for p in presets:
+            e = by[m, p]
+            row.append(f"{f_fixed(_num(e['policy_greedy']['mean_gap_pct']), 2)} "
+                       f"({f_fixed(_num(e['policy']['mean_gap_pct']), 2)}) / "
+                       f"{f_fixed(_num(e['baselines']['cem']['mean_gap_pct']), 2)}")  # fmt: skip
+        rows.append(row)
+    return head, rows
+
+
 def onnx() -> tuple[Row, list[Row]]:
     """scripts/onnx_exact.py: the exact optimum of each ONNX export against the built-in graph."""
     doc = load(ONNX_EXACT)
@@ -316,6 +338,7 @@ TABLES: dict[str, Callable[[], tuple[Row, list[Row]]]] = {
     "agent": agent,
     "agent_budget": agent_budget,
     "agent_preset": agent_preset,
+    "agent_zero_shot": agent_zero_shot,
     "onnx": onnx,
     "cosearch": cosearch,
     "formats": formats,

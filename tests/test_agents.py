@@ -68,7 +68,6 @@ def test_sampling_follows_the_mixture():
     assert freq[3] == 0.0  # never an illegal action
 
 
-@pytest.mark.x64
 def test_first_epoch_ratio_is_one(setup):
     runner = jax.jit(lambda k: ppo.init_runner(setup, k))(jax.random.key(0))
     params = ppo._env_params(setup, ppo.sample_platforms(setup, jax.random.key(1), 8))

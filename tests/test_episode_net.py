@@ -33,7 +33,6 @@ def rollout(setup):
     return runner, params, roll(runner.params, jax.random.key(2), params)
 
 
-@pytest.mark.x64
 def test_cached_path_equals_the_full_recomputation(setup, rollout):
     runner, _, traj = rollout
     net = setup.network
