@@ -244,3 +244,40 @@ def test_default_zero_shot_grid_starts_with_what_was_trained_and_fits_the_slots(
     assert grid == {"models": ["bert-tiny", "bert-base", "vit-b16", "gpt2"],
                     "presets": ["soc", "edge"], "n": 4}  # fmt: skip
     assert check_zero_shot(cfg, grid) == grid
+
+
+GRID = {"models": ["bert-base", "vit-b16", "gpt2"], "presets": ["edge", "soc", "host3"]}
+
+
+@pytest.mark.parametrize(
+    "args, want",
+    [
+        ((), {**GRID, "n": 32}),
+        (("--zero-shot-n", "0"), None),
+        (("--teacher", "none"), None),
+        (("--teacher", "none", "--zero-shot-n", "4"), {**GRID, "n": 4}),
+        (
+            ("--zero-shot-models", "gpt2", "--zero-shot-platforms", "soc"),
+            {"models": ["gpt2"], "presets": ["soc"], "n": 64},
+        ),
+    ],
+)
+def test_train_command_passes_the_zero_shot_grid(tmp_path, monkeypatch, capsys, args, want):
+    """`hetjax train` with no zero-shot option: the default grid with the exact teacher (the
+    default job), none with the others unless --zero-shot-n asks; given grids as given."""
+    from hetjax.agents import jobs
+
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def fake(config, out, **kw):
+        seen.update(kw)
+        raise Stop
+
+    monkeypatch.setattr(jobs, "train_job", fake)
+    monkeypatch.setattr(sys, "argv", ["hetjax", "train", "--out", str(tmp_path / "r"), *args])
+    with pytest.raises(Stop):
+        cli.main()
+    assert seen["zero_shot"] == want
