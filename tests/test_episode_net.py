@@ -34,6 +34,12 @@ def rollout(setup):
 
 
 def test_cached_path_equals_the_full_recomputation(setup, rollout):
+    check_cached_path(setup, rollout)
+
+
+def check_cached_path(setup, rollout):
+    """The update's and the rollout's cached paths give the full recomputation's logits,
+    values and behaviour log-probs (also used by tests/test_device_net.py)."""
     runner, _, traj = rollout
     net = setup.network
     t_len, n = traj.action.shape
@@ -48,7 +54,7 @@ def test_cached_path_equals_the_full_recomputation(setup, rollout):
     # the rollout's cached path (lax.cond-encoded context carried through the scan)
     np.testing.assert_allclose(np.asarray(traj.value), full_value, rtol=1e-5, atol=1e-5)
     want_logp = ppo.behaviour_log_prob(full_logits, np.asarray(traj.obs.action_mask),
-                                       np.asarray(traj.action), EPISODE.epsilon)  # fmt: skip
+                                       np.asarray(traj.action), setup.config.epsilon)  # fmt: skip
     np.testing.assert_allclose(np.asarray(traj.log_prob), want_logp, rtol=1e-5, atol=1e-5)
     assert traj.valid.all() and traj.done[-1].all()
 

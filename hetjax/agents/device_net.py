@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from hetjax.agents.episode_net import _load, dynamic_view, static_view
+from hetjax.agents.episode_net import _load, _placed_sums, dynamic_view, static_view
 from hetjax.agents.network import masked_logits
 
 __all__ = ["DEVICE_DYNAMIC", "DeviceActorCritic", "DeviceContext"]
@@ -193,12 +193,7 @@ class DeviceActorCritic(nn.Module):
         d = self.d_max
         fs = self._slices(static=False)
         f = obs.features
-        placed_on = obs.blocks[:, :d]  # [M, D] one-hot of placed blocks
-        placed = obs.blocks[:, d]
-        current = obs.blocks[:, d + 1]
-        todo = jnp.where(obs.block_mask, 1.0 - placed - current, 0.0)
-        per_device = placed_on.T @ ctx.key / ctx.n_real  # [D, Hs]
-        remaining = todo @ ctx.key / ctx.n_real  # [Hs]
+        placed_on, placed, current, per_device, remaining = _placed_sums(d, ctx, obs)
         load = _load(ctx.share, placed_on, placed, current, obs.block_mask)
         load = jnp.stack([load[i * d : (i + 1) * d] for i in range(4)], -1)  # [D, 4]
         u = [jnp.stack([f[fs[n]] for n in DEVICE_DYNAMIC], -1), load, per_device]

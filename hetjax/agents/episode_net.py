@@ -133,13 +133,7 @@ class EpisodeActorCritic(nn.Module):
     def step_dynamic(self, ctx: EpisodeContext, obs):
         """`step` of an observation's `dynamic_view` (the load features read the context's
         `share`, the episode's static time shares)."""
-        d = self.d_max
-        placed_on = obs.blocks[:, :d]  # [M, D] one-hot of placed blocks
-        placed = obs.blocks[:, d]
-        current = obs.blocks[:, d + 1]
-        todo = jnp.where(obs.block_mask, 1.0 - placed - current, 0.0)
-        per_device = placed_on.T @ ctx.key / ctx.n_real  # [D, Hs]
-        remaining = todo @ ctx.key / ctx.n_real  # [Hs]
+        placed_on, placed, current, per_device, remaining = _placed_sums(self.d_max, ctx, obs)
         summary = jnp.concatenate([per_device.reshape(-1), remaining])
         h = (
             ctx.platform
@@ -166,6 +160,19 @@ class EpisodeActorCritic(nn.Module):
 
     def __call__(self, obs):
         return self.step(self.encode(obs), obs)
+
+
+def _placed_sums(d: int, ctx, obs):
+    """A `dynamic_view`'s block columns and the context's block embeddings summed: placed_on
+    f32[M, D] (one-hot of placed blocks), placed f32[M], current f32[M], each device's sum of
+    its placed blocks' `ctx.key` rows f32[D, Hs] and the sum over the blocks still to place
+    f32[Hs], both over the real blocks' count."""
+    placed_on = obs.blocks[:, :d]
+    placed = obs.blocks[:, d]
+    current = obs.blocks[:, d + 1]
+    todo = jnp.where(obs.block_mask, 1.0 - placed - current, 0.0)
+    return (placed_on, placed, current, placed_on.T @ ctx.key / ctx.n_real,
+            todo @ ctx.key / ctx.n_real)  # fmt: skip
 
 
 def _load(share, placed_on, placed, current, block_mask):
