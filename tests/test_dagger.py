@@ -117,12 +117,19 @@ TINY_EXACT = ppo.PPOConfig(
 )  # fmt: skip
 
 
-def test_training_job_runs_dagger_rounds_and_resumes_to_the_same_result(tmp_path):
+def test_training_job_runs_dagger_rounds(tmp_path):
     full = agents.Trainer(TINY_EXACT, tmp_path / "full", chunk=1, validation=2)
-    r_full, rows = full.run(progress=False)
+    _, rows = full.run(progress=False)
     assert [r["phase"] for r in rows] == ["imitation", "dagger 1", "ppo", "ppo"]
     z = np.load(tmp_path / "full" / "dagger0.npz")
     assert z["labels"].shape == (4, ppo.make_setup(TINY_EXACT).episode_len) and z["valid"].any()
+
+
+# three training runs: with --slow (every suite resumes a killed run in test_agents)
+@pytest.mark.slow
+def test_training_job_with_dagger_resumes_to_the_same_result(tmp_path):
+    full = agents.Trainer(TINY_EXACT, tmp_path / "full", chunk=1, validation=2)
+    r_full, _ = full.run(progress=False)
     part = agents.Trainer(TINY_EXACT, tmp_path / "part", chunk=1, validation=2)
     part.run(progress=False, stop_after=1)  # "killed" after the first PPO chunk
     resumed = agents.Trainer(TINY_EXACT, tmp_path / "part", chunk=1, validation=2)
