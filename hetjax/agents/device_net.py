@@ -41,6 +41,7 @@ DEVICE_DYNAMIC = ("prev_device", "device_real", "legal", "time_ratio", "time_sha
 _GLOBAL_DYNAMIC = ("phase", "progress", "size", "kind", "batch", "dependency", "speedup",
                    "estimate")  # fmt: skip
 _GLOBAL_STATIC = ("batch_choices", "batch_ok", "weights")
+_STATIC_FIRST = "batch_choices"  # the static part's first group of Observation.features
 _STATIC_LAST = "links"  # the static part's last group; cost model 2.0's groups follow (dynamic)
 _GLOBAL_EXTRA = ("quality", "fmt_loss", "code_loss")  # cost model 2.0, dynamic
 _BLOCK_GLOBAL = ("kind", "weights", "dependency")
@@ -60,6 +61,15 @@ class DeviceContext:
     share: jax.Array  # f32[M, D]     each block's "time_share" row (static), for the load sums
 
 
+def _layout(sizes) -> dict[str, slice]:
+    """{group: slice} of ((name, size), ...) in order."""
+    out, at = {}, 0
+    for name, n in sizes:
+        out[name] = slice(at, at + n)
+        at += n
+    return out
+
+
 def _pool(x, mask):
     """[mean, max] over the masked leading axis of x f32[N, H] (zeros when none is real)."""
     n = jnp.maximum(mask.sum(), 1).astype(x.dtype)
@@ -74,50 +84,63 @@ class DeviceActorCritic(nn.Module):
     `EpisodeActorCritic`, and every device read through shared weights (module docstring).
 
     `features` and `blocks` are the environment's `feature_sizes(...)` and
-    `block_feature_sizes(d_max)`: ((group name, size), ...) in observation order."""
+    `block_feature_sizes(d_max)`: ((group name, size), ...) in observation order; the device
+    slots, the action count and the static/dynamic splits follow from them."""
 
-    num_actions: int
-    feature_split: int  # first static column of Observation.features
-    block_split: int  # first dynamic column of Observation.blocks ("placed_on")
-    d_max: int  # device slots
-    num_batches: int  # the batch step's choices (the first num_batches actions)
-    choices: int  # formats * codes: actions per device at a block step
     features: tuple  # ((name, size), ...) of Observation.features
     blocks: tuple  # ((name, size), ...) of an Observation.blocks row
     width: int = 64
     head_width: int = 64
     summary_width: int = 32
 
+    # everything else follows from the two layouts (the environment's own sizes)
+    @property
+    def d_max(self) -> int:
+        """Device slots (the "placed_on" one-hot width)."""
+        return dict(self.blocks)["placed_on"]
+
+    @property
+    def num_batches(self) -> int:
+        """The batch step's choices (the first num_batches actions)."""
+        return dict(self.features)["batch_choices"]
+
+    @property
+    def choices(self) -> int:
+        """formats * codes: actions per device at a block step (1: version 1)."""
+        sizes = dict(self.features)
+        return sizes.get("fmt_loss", 1) * sizes.get("code_loss", 1)
+
+    @property
+    def num_actions(self) -> int:
+        """The environment's action count: max(num_batches, d_max * choices)."""
+        return max(self.num_batches, self.d_max * self.choices)
+
+    @property
+    def feature_split(self) -> int:
+        """First static column of Observation.features."""
+        return _layout(self.features)[_STATIC_FIRST].start
+
+    @property
+    def block_split(self) -> int:
+        """First dynamic column of Observation.blocks ("placed_on")."""
+        return _layout(self.blocks)["placed_on"].start
+
     @property
     def static_to(self) -> int:
         """The static part's end in Observation.features (cost model 2.0's groups after it
         change at every step: `static_view` / `dynamic_view` leave them dynamic)."""
-        at = 0
-        for name, n in self.features:
-            at += n
-            if name == _STATIC_LAST:
-                return at
-        raise ValueError(f"features {self.features!r} have no {_STATIC_LAST!r} group")
+        return _layout(self.features)[_STATIC_LAST].stop
 
     def _slices(self, static: bool):
         """{group: slice} in a `static_view`'s features (static) or a `dynamic_view`'s."""
-        out, at, end = {}, 0, self.static_to
-        for name, n in self.features:
-            if static and self.feature_split <= at < end:
-                out[name] = slice(at - self.feature_split, at - self.feature_split + n)
-            elif not static and at < self.feature_split:
-                out[name] = slice(at, at + n)
-            elif not static and at >= end:
-                start = at - end + self.feature_split
-                out[name] = slice(start, start + n)
-            at += n
-        return out
-
-    def _block_slices(self):
-        out, at = {}, 0
-        for name, n in self.blocks:
-            out[name] = slice(at, at + n)
-            at += n
+        split, end, out = self.feature_split, self.static_to, {}
+        for name, at in _layout(self.features).items():
+            if static and split <= at.start < end:
+                out[name] = slice(at.start - split, at.stop - split)
+            elif not static and at.start < split:
+                out[name] = at
+            elif not static and at.start >= end:
+                out[name] = slice(at.start - end + split, at.stop - end + split)
         return out
 
     def setup(self):
@@ -149,7 +172,7 @@ class DeviceActorCritic(nn.Module):
         """`encode` of an observation's `static_view`."""
         d, k = self.d_max, self.num_batches
         fs = self._slices(static=True)
-        bs = self._block_slices()
+        bs = _layout(self.blocks)
         f, rows, mask = obs.features, obs.blocks, obs.block_mask
         m = mask.shape[0]
         n_real = jnp.maximum(mask.sum(), 1).astype(jnp.float32)

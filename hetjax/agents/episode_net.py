@@ -35,9 +35,9 @@ __all__ = ["EpisodeActorCritic", "EpisodeContext", "dynamic_view", "static_view"
 def static_view(net: EpisodeActorCritic, obs):
     """The part of observations (any leading axes) that `net.encode_static` reads: the static
     block columns (`blocks[..., :block_split]`) and the static tail of the flat features
-    (`features[..., feature_split:]`, up to `net.static_to` where the network has one);
+    (`features[..., feature_split:]`, up to `net.static_to` unless that is None);
     `block_mask` and the rest as they are."""
-    end = getattr(net, "static_to", None)  # the static part's end (None: the last column)
+    end = net.static_to  # the static part's end (None: the last column)
     return obs.replace(blocks=obs.blocks[..., : net.block_split],
                        features=obs.features[..., net.feature_split : end])  # fmt: skip
 
@@ -46,9 +46,9 @@ def dynamic_view(net: EpisodeActorCritic, obs):
     """The part of observations (any leading axes) that `net.step_dynamic` reads: the dynamic
     block columns (`blocks[..., block_split:]`: placed_on, placed, current, ...) and the
     dynamic head of the flat features (`features[..., :feature_split]`, then what follows
-    `net.static_to` where the network has one). About a third of an observation: what the
+    `net.static_to` unless that is None). About a third of an observation: what the
     update keeps of every step (`ppo.EpisodeObs`)."""
-    end, f = getattr(net, "static_to", None), obs.features
+    end, f = net.static_to, obs.features
     dyn = f[..., : net.feature_split]
     if end is not None:  # what follows the static part is dynamic too
         dyn = jnp.concatenate([dyn, f[..., end:]], axis=-1)
@@ -89,6 +89,12 @@ class EpisodeActorCritic(nn.Module):
     # first column of the blocks' "time_share" group (each block's time on each device over the
     # whole model's on device 0, at the chosen batch); None: no load features (as before)
     share_from: int | None = None
+
+    @property
+    def static_to(self) -> None:
+        """The static part runs to the last column of Observation.features (cost model 2.0's
+        groups included: this encoder reads them once per episode; see docs/agent.md)."""
+        return None
 
     def setup(self):
         self.embed1 = nn.Dense(self.width)

@@ -509,10 +509,7 @@ def make_setup(config: PPOConfig) -> Setup:
         )  # fmt: skip
     elif config.encoder == "device":
         network = DeviceActorCritic(
-            env.num_actions, env.feature_layout[STATIC_FEATURES_FROM].start,
-            env.block_feature_layout[DYNAMIC_BLOCK_FROM].start, env.d_max, env.num_batches,
-            env.formats * env.codes, feature_sizes(env.num_batches, env.d_max, env.formats,
-                                                   env.codes),
+            feature_sizes(env.num_batches, env.d_max, env.formats, env.codes),
             block_feature_sizes(env.d_max), config.width, config.head_width,
         )  # fmt: skip
     else:

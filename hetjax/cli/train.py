@@ -191,10 +191,7 @@ def train_cmd(
     for name in zs_presets:
         checks.one_of("--zero-shot-platforms", name, tuple(hj.hardware.PRESETS))
     default_grid = not zs_models and not zs_presets
-    if not default_grid:
-        checks.at_least("--zero-shot-n", zero_shot_n, 1)
-    else:
-        checks.at_least("--zero-shot-n", zero_shot_n, 0)
+    checks.at_least("--zero-shot-n", zero_shot_n, 0 if default_grid else 1)
     if bool(zs_models) != bool(zs_presets):
         raise checks.OptionError(
             f"--zero-shot-models {zero_shot_models!r} and --zero-shot-platforms "
@@ -236,20 +233,18 @@ def train_cmd(
         )
     make_setup(config)  # the config's own rules (e.g. num_envs a multiple of num_minibatches)
     zero_shot = None
+    if not default_grid:
+        zero_shot = {"models": list(zs_models), "presets": list(zs_presets),
+                     "n": 64 if zero_shot_n is None else zero_shot_n}  # fmt: skip
     # the default grid (jobs.DEFAULT_ZERO_SHOT): the exact teacher's job (the default job)
     # reports it unasked; the other teachers' jobs, whose training takes most of the
     # 10 minutes, report it when --zero-shot-n asks
-    asked = zero_shot_n if zero_shot_n is not None else (None if teacher == "exact" else 0)
-    if default_grid and asked != 0:
+    elif zero_shot_n or (zero_shot_n is None and teacher == "exact"):
         from hetjax.agents.jobs import default_zero_shot
 
-        zero_shot = default_zero_shot(config, asked)
-        zs_presets = zero_shot["presets"]
-    elif zs_models:
-        zero_shot = {"models": list(zs_models), "presets": list(zs_presets),
-                     "n": 64 if zero_shot_n is None else zero_shot_n}  # fmt: skip
+        zero_shot = default_zero_shot(config, zero_shot_n)
     if zero_shot is not None:
-        with checks.naming("--zero-shot-platforms", ",".join(zs_presets)):
+        with checks.naming("--zero-shot-platforms", ",".join(zero_shot["presets"])):
             from hetjax.agents.jobs import check_zero_shot
 
             check_zero_shot(config, zero_shot)
