@@ -261,6 +261,7 @@ def test_observation_layout_and_spaces(params):
     sizes = [s.stop - s.start for s in LAYOUT.values()]
     assert sum(sizes) == ENV.num_features == obs.features.shape[0]
     assert ENV.block_feature_layout["real"].stop == ENV.num_block_features
+    assert hj.env.layout(hj.env.block_feature_sizes(ENV.d_max)) == ENV.block_feature_layout
     assert obs.blocks.shape == (ENV.m_max, ENV.num_block_features)
     assert bool(ENV.observation_space(params).contains(obs))
     assert ENV.action_space(params).n == 6 and obs.action_mask.shape == (6,)

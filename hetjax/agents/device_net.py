@@ -31,6 +31,7 @@ from flax import struct
 
 from hetjax.agents.episode_net import _load, _placed_sums, dynamic_view, static_view
 from hetjax.agents.network import masked_logits
+from hetjax.env import layout
 
 __all__ = ["DEVICE_DYNAMIC", "DeviceActorCritic", "DeviceContext"]
 
@@ -59,15 +60,6 @@ class DeviceContext:
     device_mask: jax.Array  # bool[D] real devices (non-zero descriptors)
     n_real: jax.Array  # f32[]        real blocks (>= 1)
     share: jax.Array  # f32[M, D]     each block's "time_share" row (static), for the load sums
-
-
-def _layout(sizes) -> dict[str, slice]:
-    """{group: slice} of ((name, size), ...) in order."""
-    out, at = {}, 0
-    for name, n in sizes:
-        out[name] = slice(at, at + n)
-        at += n
-    return out
 
 
 def _pool(x, mask):
@@ -118,23 +110,23 @@ class DeviceActorCritic(nn.Module):
     @property
     def feature_split(self) -> int:
         """First static column of Observation.features."""
-        return _layout(self.features)[_STATIC_FIRST].start
+        return layout(self.features)[_STATIC_FIRST].start
 
     @property
     def block_split(self) -> int:
         """First dynamic column of Observation.blocks ("placed_on")."""
-        return _layout(self.blocks)["placed_on"].start
+        return layout(self.blocks)["placed_on"].start
 
     @property
     def static_to(self) -> int:
         """The static part's end in Observation.features (cost model 2.0's groups after it
         change at every step: `static_view` / `dynamic_view` leave them dynamic)."""
-        return _layout(self.features)[_STATIC_LAST].stop
+        return layout(self.features)[_STATIC_LAST].stop
 
     def _slices(self, static: bool):
         """{group: slice} in a `static_view`'s features (static) or a `dynamic_view`'s."""
         split, end, out = self.feature_split, self.static_to, {}
-        for name, at in _layout(self.features).items():
+        for name, at in layout(self.features).items():
             if static and split <= at.start < end:
                 out[name] = slice(at.start - split, at.stop - split)
             elif not static and at.start < split:
@@ -172,7 +164,7 @@ class DeviceActorCritic(nn.Module):
         """`encode` of an observation's `static_view`."""
         d, k = self.d_max, self.num_batches
         fs = self._slices(static=True)
-        bs = _layout(self.blocks)
+        bs = layout(self.blocks)
         f, rows, mask = obs.features, obs.blocks, obs.block_mask
         m = mask.shape[0]
         n_real = jnp.maximum(mask.sum(), 1).astype(jnp.float32)

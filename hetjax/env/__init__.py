@@ -18,6 +18,7 @@ from hetjax.env.placement import (
     PlacementEnv,
     block_feature_sizes,
     feature_sizes,
+    layout,
 )
 from hetjax.env.spaces import Box, Dict, Discrete, Space
 from hetjax.env.testing import check_env, random_valid_action
@@ -33,6 +34,7 @@ __all__ = [
     "DEFAULT_PENALTY",
     "feature_sizes",
     "block_feature_sizes",
+    "layout",
     "Space",
     "Discrete",
     "Box",

@@ -58,6 +58,7 @@ __all__ = [
     "DEFAULT_PENALTY",
     "feature_sizes",
     "block_feature_sizes",
+    "layout",
 ]
 
 DEFAULT_BATCHES = (1, 2, 4, 8, 16, 32)  # batch-threshold choices, samples per batch
@@ -231,7 +232,9 @@ def block_feature_sizes(d_max: int) -> tuple[tuple[str, int], ...]:
 _BLOCK_STATIC_TO = "placed_on"  # first group of the dynamic part
 
 
-def _layout(sizes) -> dict[str, slice]:
+def layout(sizes) -> dict[str, slice]:
+    """{group: slice} of `feature_sizes(...)` or `block_feature_sizes(...)` ((name, size), ...
+    in order): where each group sits in an observation row."""
     out, at = {}, 0
     for name, n in sizes:
         out[name] = slice(at, at + n)
@@ -476,12 +479,12 @@ class PlacementEnv(Environment):
     @property
     def feature_layout(self) -> dict[str, slice]:
         """Name -> slice of each group of `Observation.features`."""
-        return _layout(feature_sizes(self.num_batches, self.d_max, self.formats, self.codes))
+        return layout(feature_sizes(self.num_batches, self.d_max, self.formats, self.codes))
 
     @property
     def block_feature_layout(self) -> dict[str, slice]:
         """Name -> slice of each group of a row of `Observation.blocks`."""
-        return _layout(block_feature_sizes(self.d_max))
+        return layout(block_feature_sizes(self.d_max))
 
     @property
     def num_features(self) -> int:
