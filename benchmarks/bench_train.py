@@ -79,6 +79,10 @@ def bench_updates(base: ppo.PPOConfig, num_envs: int, repeats: int, chunk: int) 
                             config.epsilon)  # fmt: skip
         return traj.reward.sum()
 
+    @jax.jit
+    def params_only(key):  # the rollout's first part: fresh platforms and their parameters
+        return ppo._env_params(setup, ppo.sample_platforms(setup, key, num_envs))
+
     t0 = time.perf_counter()
     state = {"runner": _block(updates(runner))[0]}
     compile_s = time.perf_counter() - t0
@@ -90,6 +94,9 @@ def bench_updates(base: ppo.PPOConfig, num_envs: int, repeats: int, chunk: int) 
     t_update = timeit(one_chunk, repeats=repeats, min_time=0.5) / chunk
     t_rollout = timeit(lambda: _block(rollout(runner.params, jax.random.key(1))),
                        repeats=repeats, min_time=0.5)  # fmt: skip
+    _block(params_only(jax.random.key(1)))
+    t_params = timeit(lambda: _block(params_only(jax.random.key(1))), repeats=repeats,
+                      min_time=0.5)  # fmt: skip
     steps = num_envs * setup.episode_len
     return {
         "encoder": config.encoder,
@@ -104,6 +111,9 @@ def bench_updates(base: ppo.PPOConfig, num_envs: int, repeats: int, chunk: int) 
         "train_steps_per_s": steps / t_update,
         "rollout_steps_per_s": steps / t_rollout,
         "rollout_share": t_rollout / t_update,
+        # of the rollout alone: sampling num_envs platforms and building their parameters
+        "params_s": t_params,
+        "params_share_of_rollout": t_params / t_rollout,
         "compile_s": compile_s,
         "load_avg_1min": os.getloadavg()[0],  # the machine is shared: the load at this row
     }
@@ -192,14 +202,15 @@ def main(argv=None) -> None:
         title=f"PPO training throughput, {args.model} on {args.platform} ({jax.default_backend()})"
     )
     for col in ("settings", "encoder", "num_envs", "s / update", "env steps/s (training)",
-                "env steps/s (rollout only)", "rollout share", "vs deepsets",
-                "compile s"):  # fmt: skip
+                "env steps/s (rollout only)", "rollout share", "params share of rollout",
+                "vs deepsets", "compile s"):  # fmt: skip
         table.add_column(col, justify="right")
     for r in rows:
         vs = r.get("speedup_vs_deepsets")
         table.add_row(r["settings"], r["encoder"], str(r["num_envs"]), f"{r['update_s']:.2f}",
                       f"{r['train_steps_per_s']:,.0f}", f"{r['rollout_steps_per_s']:,.0f}",
-                      f"{r['rollout_share']:.0%}", "-" if vs is None else f"{vs:.1f}x",
+                      f"{r['rollout_share']:.0%}", f"{r['params_share_of_rollout']:.0%}",
+                      "-" if vs is None else f"{vs:.1f}x",
                       f"{r['compile_s']:.1f}")  # fmt: skip
     console.print(table)
     table = Table(title=f"Seeds in one call: vmap(train) vs a loop ({seed_cfg.num_envs} envs, "

@@ -2,7 +2,15 @@
 
 from hetjax import cost, formats, graphs, hardware, parallel
 from hetjax.compilation_cache import enable_compilation_cache
-from hetjax.cost import DEFAULT_WEIGHTS, Metrics, Plan, evaluate, reference_plan, score
+from hetjax.cost import (
+    DEFAULT_WEIGHTS,
+    Metrics,
+    Plan,
+    evaluate,
+    reference_metrics,
+    reference_plan,
+    score,
+)
 from hetjax.errors import (
     CheckpointError,
     DeviceError,
@@ -58,6 +66,7 @@ __all__ = [
     "evaluate_sharded",
     "use_cpu_devices",
     "score",
+    "reference_metrics",
     "reference_plan",
     "DEFAULT_WEIGHTS",
     "enable_compilation_cache",

@@ -47,6 +47,7 @@ __all__ = [
     "Metrics",
     "evaluate",
     "score",
+    "reference_metrics",
     "reference_plan",
     "DEFAULT_WEIGHTS",
     "DEFAULT_CHUNK",
@@ -1025,6 +1026,85 @@ def reference_plan(graph: LayerGraph, b_ref: float = 1.0) -> Plan:
         placement=jnp.zeros(graph.op_class.shape, jnp.int32),
         batch=jnp.full(graph.op_class.shape[:-1], b_ref, jnp.float32),
     )
+
+
+def _reference_core(graph: LayerGraph, platform: Platform, batch):
+    """The reference plan's metrics with plans last: batch f[C]; every graph and platform
+    field shared by the C plans or with a trailing plan axis (as in `_simulate_chunk`)."""
+    c = batch.shape[0]
+    dtype = jnp.result_type(graph.flops.dtype, platform.peak.dtype, batch.dtype)
+    batch = batch.astype(dtype)
+    placement = jnp.zeros((graph.op_mask.shape[0], c), jnp.int32)
+    dev, dur, unplaceable = _device_terms(graph, platform, placement, batch)
+    dur = dur.astype(dtype)
+    real = jnp.broadcast_to(_col(graph.op_mask, 1), dur.shape)
+
+    def run(free, x):  # the simulator's fin = max(dev_free, ready) + dur, with ready <= dev_free
+        d, r = x
+        return jnp.where(r, free + d, free), None
+
+    latency, _ = jax.lax.scan(run, jnp.zeros((c,), dtype), (dur, real))
+    d_max = platform.device_mask.shape[0]
+    zeros = jnp.zeros((d_max, d_max, c), dtype)
+    return _reduce_metrics(
+        graph, platform, batch, **_device_totals(graph, dev, dur, d_max),
+        link_busy=zeros, moved=zeros, latency=latency,
+        op_time=jnp.where(real, dur, 0.0), n_unplaceable=jnp.sum(unplaceable, axis=0),
+    )  # fmt: skip
+
+
+def _reference_one(graph, platform, b_ref):
+    out = _reference_core(graph, platform, jnp.reshape(b_ref, (1,)))
+    return jax.tree.map(lambda x: x[..., 0], out)
+
+
+def _reference_vmap(a, in_batched, graph, platform, b_ref):
+    """`jax.vmap` of the reference metrics: the vmapped axis becomes the plan axis, as
+    `evaluate`'s rule folds it into its plans (so the per-plan arithmetic is the same)."""
+
+    def last(x, on):
+        return jnp.moveaxis(x, 0, -1) if on else x
+
+    g = jax.tree.map(last, graph, in_batched[0])
+    p = jax.tree.map(last, platform, in_batched[1])
+    batch = b_ref if in_batched[2] else jnp.broadcast_to(b_ref, (a,))
+    out = jax.tree.map(lambda x: jnp.moveaxis(x, -1, 0), _reference_core(g, p, batch))
+    return out, jax.tree.map(lambda _: True, out)
+
+
+_reference_batched = jax.custom_batching.custom_vmap(_reference_one)
+_reference_batched.def_vmap(_reference_vmap)
+_reference = jax.custom_vjp(_reference_batched)
+_reference.defvjp(
+    lambda *args: (_reference_batched(*args), args),
+    lambda args, ct: jax.vjp(_reference_one, *args)[1](ct),
+)
+
+
+def reference_metrics(graph: LayerGraph, platform: Platform, b_ref: float = 1.0) -> Metrics:
+    """The SPEC reference plan's `Metrics` (s, samples/s, J, bytes) without simulating it:
+    `evaluate(graph, platform, reference_plan(graph, b_ref))` to float rounding (measured up
+    to 1.5e-6 relative in float32 on the built-in models and presets; two programs that XLA
+    compiles differently may round an op's duration 1 ulp apart, as `evaluate` alone and in a
+    chunk may), often bit for bit. Under `jax.vmap` the vmapped axis becomes its plan axis,
+    as in `evaluate`.
+
+    Every op of the reference plan runs on device 0, so each starts when the previous real op
+    there finishes (its producers finished before it on the same device and nothing is sent):
+    the simulator's schedule reduces to a running sum of the durations in op order, the same
+    additions in the same order; the device totals, block times, energy and memory are
+    `evaluate`'s own code. One graph and one platform (vmap for more); pure, jittable and
+    differentiable. On a GPU the simulator's step (transfers, links, the arrival table) made
+    the reference the largest part of building many platforms' environment parameters; this
+    is one addition per op (docs/performance.md).
+    """
+    check_graph_and_platform("reference_metrics", graph, platform)
+    if not isinstance(b_ref, jax.core.Tracer):
+        b = np.asarray(b_ref, np.float64)
+        if b.shape != () or not np.isfinite(b) or b < 1.0:
+            raise PlanError(f"reference_metrics: b_ref = {b_ref!r}: must be one finite number >= 1")
+    b = jnp.asarray(b_ref, jnp.float32)  # reference_plan's batch dtype
+    return _reference(graph, platform, b)
 
 
 def score(

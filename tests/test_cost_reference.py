@@ -419,3 +419,55 @@ def test_v2_formats_and_codes_by_hand():
     ):
         m, r = _evaluate(g, p_bad, plan_bad), evaluate_reference(g, p_bad, plan_bad)
         assert not bool(m.feasible) and not r["feasible"]
+
+
+_reference_metrics = jax.jit(hj.reference_metrics)
+
+
+@pytest.mark.x64
+@settings(max_examples=30, **SETTINGS)
+@given(hst.graphs(), hst.platforms(), st.sampled_from([1.0, 3.0]))
+def test_reference_metrics_agrees_with_reference_and_evaluate(g, p, b_ref):
+    """`hj.reference_metrics` (no simulation) against the plain-Python reference of the
+    all-on-device-0 plan, and against `hj.evaluate` of `hj.reference_plan` to float rounding."""
+    r = evaluate_reference(g, p, np.zeros(g.n_max, np.int32), b_ref)
+    assume(_no_memory_tie(g, p, r))
+    m = _reference_metrics(g, p, b_ref)
+    assert_agree(m, r, r, 1e-4, "reference_metrics vs the reference")
+    e = _evaluate(g, p, hj.reference_plan(g, b_ref))
+    assert_agree(m, {f: np.asarray(getattr(e, f)) for f in METRIC_FIELDS}, r, 1e-6, "vs evaluate")
+
+
+def test_reference_metrics_under_vmap_and_grad():
+    """vmap over platforms (the environment's use) equals each platform alone to float
+    rounding; gradients w.r.t. the platform are finite and match evaluate's."""
+    g = hst.tiny_model()
+    ps = hj.hardware.sample(jax.random.key(3), 8, base="host3")
+    many = jax.jit(jax.vmap(lambda p: hj.reference_metrics(g, p, 2.0)))(ps)
+    via = jax.jit(jax.vmap(lambda p: hj.evaluate(g, p, hj.reference_plan(g, 2.0))))(ps)
+    for f in ("latency", "energy", "throughput", "busy", "block_time", "mem_used"):
+        np.testing.assert_allclose(getattr(many, f), getattr(via, f), rtol=1e-6, err_msg=f)
+    np.testing.assert_array_equal(many.feasible, via.feasible)
+    p0 = jax.tree.map(lambda x: x[0], ps)
+    np.testing.assert_allclose(_reference_metrics(g, p0, 2.0).latency, many.latency[0], rtol=1e-6)
+
+    def fast(peak, bw):
+        return hj.reference_metrics(g, p0.replace(peak=peak, mem_bw=bw)).latency
+
+    def sim(peak, bw):
+        q = p0.replace(peak=peak, mem_bw=bw)
+        return hj.evaluate(g, q, hj.reference_plan(g)).latency
+
+    d_fast = jax.grad(fast, argnums=(0, 1))(p0.peak, p0.mem_bw)
+    d_sim = jax.grad(sim, argnums=(0, 1))(p0.peak, p0.mem_bw)
+    assert any(np.abs(np.asarray(a)).max() > 0 for a in d_fast)  # not a constant
+    for a, b in zip(d_fast, d_sim, strict=True):
+        assert np.isfinite(np.asarray(a)).all()
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-30)
+
+
+def test_reference_metrics_bad_b_ref():
+    g, p = hst.tiny_model(), hj.hardware.preset("edge")
+    for bad in (0.5, float("nan"), float("inf")):
+        with pytest.raises(hj.PlanError, match="b_ref"):
+            hj.reference_metrics(g, p, bad)

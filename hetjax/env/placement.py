@@ -36,8 +36,7 @@ from hetjax.cost import (
     _format_bytes,
     _metrics,
     _quality,
-    evaluate,
-    reference_plan,
+    reference_metrics,
     score,
 )
 from hetjax.env.base import Environment
@@ -735,7 +734,7 @@ class PlacementEnv(Environment):
         mean_bw = jnp.where(
             n_pairs > 0, jnp.sum(jnp.where(pair, p.link_bw, 0.0)) / jnp.maximum(n_pairs, 1), 1.0
         )
-        reference = evaluate(g, p, reference_plan(g, b_ref))
+        reference = reference_metrics(g, p, b_ref)
 
         # cost model 2.0: every block on every device in every format at every batch
         nf = self.formats
