@@ -1,0 +1,123 @@
+"""How a policy trained on two-device platforms treats a third device (docs/agent.md).
+
+    .venv/bin/python scripts/device_count_probe.py [--encoder device] [--steps 1500]
+        [--teacher-platforms 1024] [--spread 2.0] [--held-out 16] [--json FILE]
+
+Clones the exact optimum of `--teacher-platforms` platforms sampled around `edge` and
+`datacenter` (bert-base, `--steps` steps of `ppo.make_imitation`, no PPO: a probe, not a job),
+then prints the greedy plan (batch, blocks per device, SPEC score) beside the exact optimum
+on single platforms built from the device catalogue: the two training kinds, a CPU added to
+them, a third device of a seen kind; and the mean greedy gap on `--held-out` platforms sampled
+around `edge`, `soc` and `host3`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+
+import hetjax as hj
+from hetjax.agents import ppo, report, teachers
+from hetjax.hardware.presets import PresetSpec
+
+CASES = {
+    "T4 + 310P (edge)": ("t4", "ascend310p"),
+    "T4 + Xeon": ("t4", "xeon8380"),
+    "T4 + 310P + Xeon (host3)": ("t4", "ascend310p", "xeon8380"),
+    "A100 + 910 + Xeon": ("a100", "ascend910", "xeon8380"),
+    "T4 + 310P + T4": ("t4", "ascend310p", "t4"),
+    "T4 + 310P + 310P": ("t4", "ascend310p", "ascend310p"),
+}
+
+
+def _greedy(setup, params, platforms):
+    """int32[K, T]: the greedy episodes' actions on stacked padded platforms."""
+    _, acts = report._decode(setup, 0)(params, jax.random.key(0), platforms)
+    acts = np.asarray(acts)
+    k = jax.tree.leaves(platforms)[0].shape[0]
+    return acts if acts.shape[0] == k else acts.T
+
+
+def _scores(setup, platforms, acts, weights):
+    g = setup.graph
+
+    @jax.jit
+    def one(p, a):
+        plan = report.episode_plan(setup, a)
+        return hj.score(hj.evaluate(g, p, plan), hj.reference_metrics(g, p), weights)
+
+    return np.asarray(jax.vmap(one)(platforms, acts), np.float64)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--encoder", default="device")
+    ap.add_argument("--steps", type=int, default=1500)
+    ap.add_argument("--teacher-platforms", type=int, default=1024)
+    ap.add_argument("--spread", type=float, default=2.0, help="training platforms' spread")
+    ap.add_argument("--held-out", type=int, default=16)
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args(argv)
+    config = ppo.PPOConfig(
+        model="bert-base", platform="edge", platforms=("datacenter",), d_max=3,
+        spread=args.spread, encoder=args.encoder, width=128, head_width=64,
+        imitation_steps=args.steps, imitation_platforms=args.teacher_platforms,
+    )  # fmt: skip
+    t0 = time.perf_counter()
+    setup = ppo.make_setup(config)
+    key = jax.random.key(0)
+    teacher = teachers.make_teacher(setup, jax.random.fold_in(key, 7))
+    runner = jax.jit(lambda k: ppo.init_runner(setup, k))(key)
+    clone, _, _ = ppo.make_imitation(setup, teacher)
+    runner, losses = jax.jit(clone)(runner)
+    print(f"cloned in {time.perf_counter() - t0:.0f} s, loss {float(losses[0]):.3f} -> "
+          f"{float(losses[-1]):.3f}")  # fmt: skip
+    probe = ppo.make_setup(dataclasses.replace(config, platform="host3", platforms=(),
+                                               spread=2.0))  # fmt: skip
+    rows = []
+    for name, devices in CASES.items():
+        p = probe.env.pad_platform(PresetSpec("probe", name, devices).build())
+        plats = jax.tree.map(lambda x: x[None], p)
+        acts = _greedy(probe, runner.params, plats)
+        plans, opt = hj.exact.optimal_scores(probe.graph, plats, config.batches, config.weights,
+                                             workers=1)  # fmt: skip
+        index, placement = teachers.plan_to_actions(probe, plans)
+        n_blocks = int(np.asarray(probe.graph.block_mask).sum())
+        row = {
+            "devices": name,
+            "policy_batch": float(config.batches[int(acts[0, 0])]),
+            "policy_blocks": np.bincount(acts[0, 1 : 1 + n_blocks], minlength=3).tolist(),
+            "policy_score": float(_scores(probe, plats, acts, config.weights)[0]),
+            "optimum_batch": float(config.batches[int(np.asarray(index)[0])]),
+            "optimum_blocks": np.bincount(
+                np.asarray(placement)[0, :n_blocks], minlength=3
+            ).tolist(),  # fmt: skip
+            "optimum_score": float(np.asarray(opt)[0]),
+        }
+        rows.append(row)
+        print(f"{name:26s} policy b{row['policy_batch']:g} {row['policy_blocks']} "
+              f"{row['policy_score']:.3f} | optimum b{row['optimum_batch']:g} "
+              f"{row['optimum_blocks']} {row['optimum_score']:.3f}")  # fmt: skip
+    gaps = {}
+    for preset in ("edge", "soc", "host3"):
+        s = ppo.make_setup(dataclasses.replace(config, platform=preset, platforms=(), spread=2.0))
+        ps = ppo.sample_platforms(s, jax.random.key(11), args.held_out)
+        _, opt = hj.exact.optimal_scores(s.graph, ps, config.batches, config.weights, workers=1)
+        got = _scores(s, ps, _greedy(s, runner.params, ps), config.weights)
+        gaps[preset] = float(np.mean(100 * (np.asarray(opt) - got) / np.asarray(opt)))
+        print(f"{preset}: mean greedy gap {gaps[preset]:.2f}% ({args.held_out} platforms)")
+    if args.json is not None:
+        doc = {"command": "scripts/device_count_probe.py " + " ".join(sys.argv[1:]),
+               "config": config.to_dict(), "cases": rows, "greedy_gap_pct": gaps}  # fmt: skip
+        args.json.write_text(json.dumps(doc, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
