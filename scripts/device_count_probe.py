@@ -1,14 +1,15 @@
 """How a policy trained on two-device platforms treats a third device (docs/agent.md).
 
     .venv/bin/python scripts/device_count_probe.py [--encoder device] [--steps 1500]
-        [--teacher-platforms 1024] [--spread 2.0] [--held-out 16] [--json FILE]
+        [--teacher-platforms 1024] [--spread 2.0] [--held-out 16] [--train edge,datacenter]
+        [--test edge,soc,host3] [--json FILE]
 
-Clones the exact optimum of `--teacher-platforms` platforms sampled around `edge` and
-`datacenter` (bert-base, `--steps` steps of `ppo.make_imitation`, no PPO: a probe, not a job),
+Clones the exact optimum of `--teacher-platforms` platforms sampled around the `--train`
+presets (bert-base, `--steps` steps of `ppo.make_imitation`, no PPO: a probe, not a job),
 then prints the greedy plan (batch, blocks per device, SPEC score) beside the exact optimum
 on single platforms built from the device catalogue: the two training kinds, a CPU added to
 them, a third device of a seen kind; and the mean greedy gap on `--held-out` platforms sampled
-around `edge`, `soc` and `host3`.
+around each `--test` preset.
 """
 
 from __future__ import annotations
@@ -63,10 +64,13 @@ def main(argv=None) -> None:
     ap.add_argument("--teacher-platforms", type=int, default=1024)
     ap.add_argument("--spread", type=float, default=2.0, help="training platforms' spread")
     ap.add_argument("--held-out", type=int, default=16)
+    ap.add_argument("--train", default="edge,datacenter", help="training presets")
+    ap.add_argument("--test", default="edge,soc,host3", help="presets of the gap rows")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
+    train = args.train.split(",")
     config = ppo.PPOConfig(
-        model="bert-base", platform="edge", platforms=("datacenter",), d_max=3,
+        model="bert-base", platform=train[0], platforms=tuple(train[1:]), d_max=3,
         spread=args.spread, encoder=args.encoder, width=128, head_width=64,
         imitation_steps=args.steps, imitation_platforms=args.teacher_platforms,
     )  # fmt: skip
@@ -106,7 +110,7 @@ def main(argv=None) -> None:
               f"{row['policy_score']:.3f} | optimum b{row['optimum_batch']:g} "
               f"{row['optimum_blocks']} {row['optimum_score']:.3f}")  # fmt: skip
     gaps = {}
-    for preset in ("edge", "soc", "host3"):
+    for preset in args.test.split(","):
         s = ppo.make_setup(dataclasses.replace(config, platform=preset, platforms=(), spread=2.0))
         ps = ppo.sample_platforms(s, jax.random.key(11), args.held_out)
         _, opt = hj.exact.optimal_scores(s.graph, ps, config.batches, config.weights, workers=1)
