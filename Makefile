@@ -9,8 +9,9 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	# --no-compile: the first imports compile only the modules they use (about 20 s less)
-	$(BIN)/pip install -q --no-compile -e ".[dev]"
+	# not --no-compile: where PYTHONDONTWRITEBYTECODE is set (this machine), every process
+	# (each test worker, CLI subprocess and Ray worker) would then compile its imports again
+	$(BIN)/pip install -q -e ".[dev]"
 	touch $(STAMP)
 
 # the training job (< 10 min on 2 cores); --resume makes a rerun reuse a finished run in runs/demo
