@@ -397,3 +397,25 @@ def test_weight_settings_share_one_compilation_and_match_one_at_a_time(tmp_path,
         one = hj.sweep.run(hj.sweep.parse({**doc, "weights": [w]}), tmp_path / f"w{i}",
                            workers=1, progress=False)  # fmt: skip
         assert _same(both.filter(alpha == w[0]), one), w
+
+
+def test_sweep_progress_script_reads_the_finished_shards(small_run):
+    """scripts/sweep_progress.py (docs/sweep.md, a sweep stopped by a time limit): the
+    configurations done and the seconds per method come from the shards, the projection from
+    the elapsed time."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "sweep_progress.py"
+    spec_ = importlib.util.spec_from_file_location("sweep_progress", path)
+    mod = importlib.util.module_from_spec(spec_)
+    spec_.loader.exec_module(mod)
+    _, table, out = small_run
+    doc = mod.progress(out, elapsed=10.0)
+    assert doc["shards_done"] == doc["shards_total"] == len(list((out / "shards").glob("*")))
+    assert doc["configs_done"] == doc["configs_total"] == 2 * N_PLATFORMS
+    methods = np.asarray(table["method"].to_pylist())
+    wall = table["wall_s"].to_numpy()
+    assert set(doc["method_s"]) == set(methods.tolist())
+    for m, s in doc["method_s"].items():
+        assert s == pytest.approx(float(wall[methods == m].sum()))
+    assert doc["configs_per_s"] == pytest.approx(1.2) and doc["projected_total_s"] == 10.0
