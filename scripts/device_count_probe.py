@@ -26,6 +26,7 @@ import numpy as np
 
 import hetjax as hj
 from hetjax.agents import ppo, report, teachers
+from hetjax.compare import gap_pct
 from hetjax.hardware.presets import PresetSpec
 
 CASES = {
@@ -39,22 +40,12 @@ CASES = {
 
 
 def _greedy(setup, params, platforms):
-    """int32[K, T]: the greedy episodes' actions on stacked padded platforms."""
-    _, acts = report._decode(setup, 0)(params, jax.random.key(0), platforms)
+    """The greedy episodes on stacked padded platforms: (SPEC scores f64[K], actions
+    int32[K, T])."""
+    scores, acts = report._decode(setup, 0)(params, jax.random.key(0), platforms)
     acts = np.asarray(acts)
     k = jax.tree.leaves(platforms)[0].shape[0]
-    return acts if acts.shape[0] == k else acts.T
-
-
-def _scores(setup, platforms, acts, weights):
-    g = setup.graph
-
-    @jax.jit
-    def one(p, a):
-        plan = report.episode_plan(setup, a)
-        return hj.score(hj.evaluate(g, p, plan), hj.reference_metrics(g, p), weights)
-
-    return np.asarray(jax.vmap(one)(platforms, acts), np.float64)
+    return np.asarray(scores, np.float64), (acts if acts.shape[0] == k else acts.T)
 
 
 def main(argv=None) -> None:
@@ -89,7 +80,7 @@ def main(argv=None) -> None:
     for name, devices in CASES.items():
         p = probe.env.pad_platform(PresetSpec("probe", name, devices).build())
         plats = jax.tree.map(lambda x: x[None], p)
-        acts = _greedy(probe, runner.params, plats)
+        scores, acts = _greedy(probe, runner.params, plats)
         plans, opt = hj.exact.optimal_scores(probe.graph, plats, config.batches, config.weights,
                                              workers=1)  # fmt: skip
         index, placement = teachers.plan_to_actions(probe, plans)
@@ -98,7 +89,7 @@ def main(argv=None) -> None:
             "devices": name,
             "policy_batch": float(config.batches[int(acts[0, 0])]),
             "policy_blocks": np.bincount(acts[0, 1 : 1 + n_blocks], minlength=3).tolist(),
-            "policy_score": float(_scores(probe, plats, acts, config.weights)[0]),
+            "policy_score": float(scores[0]),
             "optimum_batch": float(config.batches[int(np.asarray(index)[0])]),
             "optimum_blocks": np.bincount(
                 np.asarray(placement)[0, :n_blocks], minlength=3
@@ -114,8 +105,7 @@ def main(argv=None) -> None:
         s = ppo.make_setup(dataclasses.replace(config, platform=preset, platforms=(), spread=2.0))
         ps = ppo.sample_platforms(s, jax.random.key(11), args.held_out)
         _, opt = hj.exact.optimal_scores(s.graph, ps, config.batches, config.weights, workers=1)
-        got = _scores(s, ps, _greedy(s, runner.params, ps), config.weights)
-        gaps[preset] = float(np.mean(100 * (np.asarray(opt) - got) / np.asarray(opt)))
+        gaps[preset] = float(np.mean(gap_pct(_greedy(s, runner.params, ps)[0], opt)))
         print(f"{preset}: mean greedy gap {gaps[preset]:.2f}% ({args.held_out} platforms)")
     if args.json is not None:
         doc = {"command": "scripts/device_count_probe.py " + " ".join(sys.argv[1:]),

@@ -1,7 +1,6 @@
 """README.md is a contract: every call it shows runs or parses as written, every number in its
 tables comes from a checked-in result file, every link resolves, and it stays under 12 KB."""
 
-import importlib.util
 import json
 import re
 import runpy
@@ -10,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import typer.main
+from load_script import load_script
 
 import hetjax as hj
 from hetjax.cli import app
@@ -22,12 +22,7 @@ DOCS = ("docs/history.md", "docs/cli.md", "docs/graphs.md", "docs/exact.md")
 
 
 def _tables_module():
-    spec = importlib.util.spec_from_file_location(
-        "readme_tables", ROOT / "scripts" / "readme_tables.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("scripts/readme_tables.py")
 
 
 def _blocks(text: str, lang: str) -> list[str]:

@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from load_script import load_script
 
 import hetjax as hj
 from hetjax.sweep import runner as sweep_run
@@ -403,12 +404,7 @@ def test_sweep_progress_script_reads_the_finished_shards(small_run):
     """scripts/sweep_progress.py (docs/sweep.md, a sweep stopped by a time limit): the
     configurations done and the seconds per method come from the shards, the projection from
     the elapsed time."""
-    import importlib.util
-
-    path = Path(__file__).resolve().parents[1] / "scripts" / "sweep_progress.py"
-    spec_ = importlib.util.spec_from_file_location("sweep_progress", path)
-    mod = importlib.util.module_from_spec(spec_)
-    spec_.loader.exec_module(mod)
+    mod = load_script("scripts/sweep_progress.py")
     _, table, out = small_run
     doc = mod.progress(out, elapsed=10.0)
     assert doc["shards_done"] == doc["shards_total"] == len(list((out / "shards").glob("*")))

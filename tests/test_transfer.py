@@ -4,14 +4,13 @@ observation has d_max device slots whatever the training preset's device count."
 
 import csv
 import dataclasses
-import importlib.util
 import json
 import sys
-from pathlib import Path
 
 import jax
 import numpy as np
 import pytest
+from load_script import load_script
 
 import hetjax as hj
 from hetjax import cli
@@ -132,22 +131,14 @@ def test_train_job_writes_the_report_and_place_reads_it(tmp_path, monkeypatch, c
     assert {n: (run / n).read_bytes() for n in names} == files
 
     # scripts/gap_breakdown.py: the report's greedy gap, split into batch choice + placement
-    spec = importlib.util.spec_from_file_location(
-        "gap_breakdown", Path(__file__).resolve().parents[1] / "scripts" / "gap_breakdown.py"
-    )
-    gap_breakdown = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gap_breakdown)
+    gap_breakdown = load_script("scripts/gap_breakdown.py")
     parts = gap_breakdown.breakdown(run, 4)
     assert parts["mean_gap_pct"] == pytest.approx(greedy["mean_gap_pct"], abs=1e-6)
     assert parts["batch_mean_gap_pct"] >= -1e-6 and parts["placement_mean_gap_pct"] >= -1e-6
     assert sum(parts["chosen_batch_counts"]) == sum(parts["optimal_batch_counts"]) == 4
 
     # scripts/clone_more.py: more cloning on the policy's own tie choices
-    spec = importlib.util.spec_from_file_location(
-        "clone_more", Path(__file__).resolve().parents[1] / "scripts" / "clone_more.py"
-    )
-    clone_more = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(clone_more)
+    clone_more = load_script("scripts/clone_more.py")
     more = clone_more.run(run, "self-ties", rounds=1, steps=2, samples=2, n_held=4)
     first, last = more["rows"]
     assert first["round"] == 0 and last["round"] == 1
