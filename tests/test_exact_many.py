@@ -51,7 +51,7 @@ def _assert_same(fast, slow):
         assert a[2] == b[2] and a[3] == b[3], (a[0], a[2:], b[2:])
 
 
-@pytest.mark.xla_default
+@pytest.mark.xla_default(optimized=True)
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     seed=st.integers(0, 10_000),
@@ -76,7 +76,7 @@ def test_fast_equals_enumeration_and_one_by_one(seed, n_blocks, n_dev, tight, w)
         assert abs(s - enum.score) <= RTOL * max(1.0, abs(enum.score))
 
 
-@pytest.mark.xla_default
+@pytest.mark.xla_default(optimized=True)
 # three devices in every suite (the larger label sets); two with --slow
 @pytest.mark.parametrize("name", [pytest.param("edge", marks=pytest.mark.slow), "host3"])
 def test_fast_equals_one_by_one_on_identical_layers(name):

@@ -373,16 +373,29 @@ def _chord(pr: Problems, bnd: _Bounds, ps: np.ndarray, inc: np.ndarray) -> _Chor
     return _Chord(rows=row, k=kk, a=a, c=c, g=g, lam=lam, h=h)
 
 
+_DENSE_COLUMNS = 3  # columns compared as whole tables; the rest only where those all pass
+
+
 def _dominates(xi, xj) -> np.ndarray:
     """[..., I, J]: xj[j] <= xi[i] in every column (label j dominates label i). With no
     column (every column was equal across the labels, so dropped) every j dominates every i,
-    as equal labels do in `_search._dominated`."""
+    as equal labels do in `_search._dominated`.
+
+    The first `_DENSE_COLUMNS` columns are compared as whole [..., I, J] tables; the others
+    only on the pairs that pass those (about 1% of them in bert-base's host3 search, where
+    the link columns pass about 98% each)."""
     if xi.shape[-1] == 0:
         return np.ones(xi.shape[:-1] + xj.shape[-2:-1], bool)
     dom = None
-    for c in range(xi.shape[-1]):
+    for c in range(min(xi.shape[-1], _DENSE_COLUMNS)):
         le = xj[..., None, :, c] <= xi[..., :, None, c]
         dom = le if dom is None else np.logical_and(dom, le, out=dom)
+    if xi.shape[-1] > _DENSE_COLUMNS:
+        at = np.nonzero(dom)
+        if at[0].size:
+            lead = at[:-2]
+            rest = np.s_[_DENSE_COLUMNS:]
+            dom[at] = np.all(xj[(*lead, at[-1], rest)] <= xi[(*lead, at[-2], rest)], axis=-1)
     return dom
 
 
