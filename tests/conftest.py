@@ -63,7 +63,8 @@ def pytest_unconfigure(config):
 
 
 def _in_default_xla(item):
-    """Run `item` in a pytest subprocess under XLA's default emitters (see XLA_FLAGS above)."""
+    """Run `item` in a pytest subprocess under XLA's default emitters, and with the marker's
+    `optimized=True` its default LLVM level too (see XLA_FLAGS above)."""
 
     optimized = item.get_closest_marker("xla_default").kwargs.get("optimized", False)
 
