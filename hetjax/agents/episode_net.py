@@ -89,12 +89,18 @@ class EpisodeActorCritic(nn.Module):
     # first column of the blocks' "time_share" group (each block's time on each device over the
     # whole model's on device 0, at the chosen batch); None: no load features (as before)
     share_from: int | None = None
+    # the static part's end in Observation.features: cost model 2.0's groups after it (quality
+    # used, budget left, the current block's format times and losses) change at every step and
+    # are read per step. None: the static part runs to the last column, so with formats or codes
+    # those groups are read once per episode (the encoder before 2026-11-26's fix, kept for
+    # the checkpoints trained with it: `PPOConfig.episode_dynamic_formats`)
+    static_end: int | None = None
 
     @property
-    def static_to(self) -> None:
-        """The static part runs to the last column of Observation.features (cost model 2.0's
-        groups included: this encoder reads them once per episode; see docs/agent.md)."""
-        return None
+    def static_to(self) -> int | None:
+        """The static part's end in Observation.features (`static_end`; None: the last
+        column)."""
+        return self.static_end
 
     def setup(self):
         self.embed1 = nn.Dense(self.width)

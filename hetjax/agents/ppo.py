@@ -67,6 +67,7 @@ ADVANTAGES = ("gae", "greedy_baseline", "group_mean")
 # the first static group of Observation.features and the first dynamic column group of
 # Observation.blocks (docs/environment.md): what the episode encoder caches per episode
 STATIC_FEATURES_FROM = "batch_choices"
+STATIC_FEATURES_TO = "links"  # the static part's last group (cost model 2.0's groups follow)
 DYNAMIC_BLOCK_FROM = "placed_on"
 GRANULARITIES = ("block", "op")  # decision granularity of PPOConfig.granularity
 TIES = ("as_solved", "lexmin")  # how the teacher picks among tied plans (teachers.canonical_ties)
@@ -160,6 +161,12 @@ class PPOConfig:
     codes: int = 1
     delta: float = 0.0
     quality_budget: float | None = None
+    # episode encoder with formats or codes: read cost model 2.0's per-step feature groups
+    # (quality used, budget left, the current block's format times and losses) at every step.
+    # False: once per episode with the static part, as runs before 2026-11-26's fix trained
+    # (kept so that their checkpoints load and act as trained: config.json files without
+    # this field load with False). No effect on version 1 or other encoders
+    episode_dynamic_formats: bool = True
     # after PPO, fit the batch step (the first action) to the policy's own greedy placements on
     # `batch_fit_platforms` fresh platforms (agents.batch_fit; no teacher, no exact solver):
     # `batch_fit_steps` Adam steps of `batch_fit_minibatch` episodes at `batch_fit_lr`; the
@@ -287,8 +294,9 @@ def _check_config(c: PPOConfig) -> None:
         v = getattr(c, name)
         if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < low:
             bad(name, f"must be an int >= {low}")
-    if not isinstance(c.load_features, bool):
-        bad("load_features", "must be True or False")
+    for name in ("load_features", "episode_dynamic_formats"):
+        if not isinstance(getattr(c, name), bool):
+            bad(name, "must be True or False")
     if isinstance(c.seed, bool) or not isinstance(c.seed, int | np.integer):
         bad("seed", "must be an int")
     for name in _POSITIVE:
@@ -340,7 +348,8 @@ LEGACY_DEFAULTS = {"bc_coef": 0.0, "imitation_ties": "as_solved", "models": (), 
                    "granularity": "block", "d_max": 0, "shaping": 0.0, "ent_coef_end": None,
                    "load_features": False, "batch_epsilon": None,
                    "platforms": (), "formats": 1, "codes": 1, "delta": 0.0,
-                   "quality_budget": None, "batch_fit_platforms": 0}  # fmt: skip
+                   "quality_budget": None, "batch_fit_platforms": 0,
+                   "episode_dynamic_formats": False}  # fmt: skip
 
 
 class Transition(NamedTuple):
@@ -506,6 +515,8 @@ def make_setup(config: PPOConfig) -> Setup:
             config.head_width,
             share_from=env.block_feature_layout["time_share"].start if config.load_features
             else None,
+            static_end=env.feature_layout[STATIC_FEATURES_TO].stop
+            if config.episode_dynamic_formats and env.formats * env.codes > 1 else None,
         )  # fmt: skip
     elif config.encoder == "device":
         network = DeviceActorCritic(
