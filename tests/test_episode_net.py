@@ -59,33 +59,28 @@ def check_cached_path(setup, rollout):
     assert traj.valid.all() and traj.done[-1].all()
 
 
-@pytest.mark.parametrize("dynamic", [True, False])
-def test_with_formats_the_per_step_groups_are_read_at_every_step(dynamic):
+def test_with_formats_the_per_step_groups_are_read_at_every_step():
     """Cost model 2.0's groups (quality used, budget left, the current block's format times)
     follow the static part of Observation.features and change at every step: the episode
-    encoder reads them per step, so its cached path equals the full recomputation. Runs
-    trained before that fix (`episode_dynamic_formats=False`, what their config.json loads
-    as) read them once per episode: the cached path then differs, and keeps their shapes."""
+    encoder reads them per step, so its cached path equals the full recomputation (before the
+    fix it read them once per episode and did not). Runs trained before the fix load with
+    `episode_dynamic_formats=False` (their config.json lacks it): the old static part."""
     cfg = dataclasses.replace(EPISODE, imitation_teacher="none", formats=2, codes=2,
-                              quality_budget=1.0, episode_dynamic_formats=dynamic)  # fmt: skip
+                              quality_budget=1.0)  # fmt: skip
     s = ppo.make_setup(cfg)
+    split = s.env.feature_layout[ppo.STATIC_FEATURES_TO].stop
+    assert s.network.static_to == split < s.env.num_features  # the groups follow it
     runner = jax.jit(lambda k: ppo.init_runner(s, k))(jax.random.key(0))
     params = ppo._env_params(s, ppo.sample_platforms(s, jax.random.key(1), 8))
     traj = jax.jit(lambda p, k, e: ppo._rollout(s, p, k, e, 0.15))(
         runner.params, jax.random.key(2), params
     )
-    split = s.env.feature_layout[ppo.STATIC_FEATURES_TO].stop
-    assert split < s.env.num_features  # the groups exist, after the static part
-    if dynamic:
-        check_cached_path(s, (runner, params, traj))
-    else:
-        assert s.network.static_to is None
-        flat = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), traj.obs)
-        full, _ = jax.jit(jax.vmap(s.network.apply, in_axes=(None, 0)))(runner.params, flat)
-        got, _ = jax.jit(lambda p, o: ppo.policy_apply(s, p, o))(runner.params, traj.obs)
-        assert not np.allclose(np.asarray(got).reshape(full.shape), full, atol=1e-5)
+    check_cached_path(s, (runner, params, traj))
     legacy = {k: v for k, v in cfg.to_dict().items() if k != "episode_dynamic_formats"}
-    assert ppo.PPOConfig.from_dict(legacy).episode_dynamic_formats is False
+    old = ppo.PPOConfig.from_dict(legacy)
+    assert old.episode_dynamic_formats is False
+    assert ppo.make_setup(old).network.static_to is None  # to the last column, as it trained
+    assert ppo.make_setup(EPISODE).network.static_to is None  # version 1: nothing follows
     with pytest.raises(hj.PlanError, match="episode_dynamic_formats"):
         dataclasses.replace(cfg, episode_dynamic_formats=1)
 
