@@ -81,6 +81,10 @@ def test_with_formats_the_per_step_groups_are_read_at_every_step():
     assert old.episode_dynamic_formats is False
     assert ppo.make_setup(old).network.static_to is None  # to the last column, as it trained
     assert ppo.make_setup(EPISODE).network.static_to is None  # version 1: nothing follows
+    # a version 1 file without the field: today's config (it changes nothing there), so a run
+    # started before the field resumes under the same options
+    v1 = {k: v for k, v in EPISODE.to_dict().items() if k != "episode_dynamic_formats"}
+    assert ppo.PPOConfig.from_dict(v1) == EPISODE
     with pytest.raises(hj.PlanError, match="episode_dynamic_formats"):
         dataclasses.replace(cfg, episode_dynamic_formats=1)
 

@@ -164,8 +164,9 @@ class PPOConfig:
     # episode encoder with formats or codes: read cost model 2.0's per-step feature groups
     # (quality used, budget left, the current block's format times and losses) at every step.
     # False: once per episode with the static part, as runs before 2026-11-26's fix trained
-    # (kept so that their checkpoints load and act as trained: config.json files without
-    # this field load with False). No effect on version 1 or other encoders
+    # (kept so that their checkpoints load and act as trained: config.json files with formats
+    # or codes and without this field load with False). No effect on version 1 or other
+    # encoders (version 1 files load with True, so they resume under today's options)
     episode_dynamic_formats: bool = True
     # after PPO, fit the batch step (the first action) to the policy's own greedy placements on
     # `batch_fit_platforms` fresh platforms (agents.batch_fit; no teacher, no exact solver):
@@ -203,6 +204,8 @@ class PPOConfig:
             raise hj.CheckpointError(
                 f"PPOConfig: unknown field(s) {unknown} (written by another hetjax version?)"
             )
+        if "episode_dynamic_formats" not in d and d.get("formats", 1) * d.get("codes", 1) == 1:
+            d = {**d, "episode_dynamic_formats": True}  # no effect without formats: today's
         d = {**LEGACY_DEFAULTS, **d}
         d["dims"] = tuple((str(n), int(v)) for n, v in d.get("dims", ()))
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
