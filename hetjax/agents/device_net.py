@@ -29,7 +29,14 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from hetjax.agents.episode_net import _load, _placed_sums, dynamic_view, static_view
+from hetjax.agents.episode_net import (
+    STATIC_FIRST,
+    STATIC_LAST,
+    _load,
+    _placed_sums,
+    dynamic_view,
+    static_view,
+)
 from hetjax.agents.network import masked_logits
 from hetjax.env import layout
 
@@ -42,8 +49,6 @@ DEVICE_DYNAMIC = ("prev_device", "device_real", "legal", "time_ratio", "time_sha
 _GLOBAL_DYNAMIC = ("phase", "progress", "size", "kind", "batch", "dependency", "speedup",
                    "estimate")  # fmt: skip
 _GLOBAL_STATIC = ("batch_choices", "batch_ok", "weights")
-_STATIC_FIRST = "batch_choices"  # the static part's first group of Observation.features
-_STATIC_LAST = "links"  # the static part's last group; cost model 2.0's groups follow (dynamic)
 _GLOBAL_EXTRA = ("quality", "fmt_loss", "code_loss")  # cost model 2.0, dynamic
 _BLOCK_GLOBAL = ("kind", "weights", "dependency")
 _BLOCK_DEVICE = ("time_ratio", "time_share", "legal")
@@ -110,7 +115,7 @@ class DeviceActorCritic(nn.Module):
     @property
     def feature_split(self) -> int:
         """First static column of Observation.features."""
-        return layout(self.features)[_STATIC_FIRST].start
+        return layout(self.features)[STATIC_FIRST].start
 
     @property
     def block_split(self) -> int:
@@ -121,7 +126,7 @@ class DeviceActorCritic(nn.Module):
     def static_to(self) -> int:
         """The static part's end in Observation.features (cost model 2.0's groups after it
         change at every step: `static_view` / `dynamic_view` leave them dynamic)."""
-        return layout(self.features)[_STATIC_LAST].stop
+        return layout(self.features)[STATIC_LAST].stop
 
     def _slices(self, static: bool):
         """{group: slice} in a `static_view`'s features (static) or a `dynamic_view`'s."""

@@ -29,7 +29,13 @@ from flax import struct
 
 from hetjax.agents.network import masked_logits
 
-__all__ = ["EpisodeActorCritic", "EpisodeContext", "dynamic_view", "static_view"]
+__all__ = ["EpisodeActorCritic", "EpisodeContext", "STATIC_FIRST", "STATIC_LAST", "dynamic_view",
+           "static_view"]  # fmt: skip
+
+# The static part of Observation.features runs from its first group to its last (the batch
+# table, device and link descriptors); cost model 2.0's groups follow it and change per step.
+STATIC_FIRST = "batch_choices"
+STATIC_LAST = "links"
 
 
 def static_view(net: EpisodeActorCritic, obs):

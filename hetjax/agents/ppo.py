@@ -26,7 +26,13 @@ import optax
 
 import hetjax as hj
 from hetjax.agents.device_net import DeviceActorCritic
-from hetjax.agents.episode_net import EpisodeActorCritic, dynamic_view, static_view
+from hetjax.agents.episode_net import (
+    STATIC_FIRST,
+    STATIC_LAST,
+    EpisodeActorCritic,
+    dynamic_view,
+    static_view,
+)
 from hetjax.agents.network import CACHED_ENCODERS, ENCODERS, ActorCritic
 from hetjax.env import PlacementEnv, block_feature_sizes, feature_sizes
 
@@ -66,8 +72,8 @@ __all__ = [
 ADVANTAGES = ("gae", "greedy_baseline", "group_mean")
 # the first static group of Observation.features and the first dynamic column group of
 # Observation.blocks (docs/environment.md): what the episode encoder caches per episode
-STATIC_FEATURES_FROM = "batch_choices"
-STATIC_FEATURES_TO = "links"  # the static part's last group (cost model 2.0's groups follow)
+STATIC_FEATURES_FROM = STATIC_FIRST
+STATIC_FEATURES_TO = STATIC_LAST  # the static part's last group (cost model 2.0's groups follow)
 DYNAMIC_BLOCK_FROM = "placed_on"
 GRANULARITIES = ("block", "op")  # decision granularity of PPOConfig.granularity
 TIES = ("as_solved", "lexmin")  # how the teacher picks among tied plans (teachers.canonical_ties)
@@ -197,16 +203,16 @@ class PPOConfig:
     def from_dict(cls, d: dict) -> PPOConfig:
         """The config a run's config.json describes (JSON lists back to tuples). Fields added
         after the file was written take the value that reproduces what that run did
-        (`LEGACY_DEFAULTS`), not today's default. A field this version does not know (a file
-        from a newer hetjax, or edited by hand) raises `hj.CheckpointError` naming it."""
+        (`LEGACY_DEFAULTS`: a value, or a function of the file's fields), not today's default.
+        A field this version does not know (a file from a newer hetjax, or edited by hand)
+        raises `hj.CheckpointError` naming it."""
         unknown = sorted(set(d) - {f.name for f in fields(cls)})
         if unknown:
             raise hj.CheckpointError(
                 f"PPOConfig: unknown field(s) {unknown} (written by another hetjax version?)"
             )
-        if "episode_dynamic_formats" not in d and d.get("formats", 1) * d.get("codes", 1) == 1:
-            d = {**d, "episode_dynamic_formats": True}  # no effect without formats: today's
-        d = {**LEGACY_DEFAULTS, **d}
+        legacy = {k: v(d) if callable(v) else v for k, v in LEGACY_DEFAULTS.items()}
+        d = {**legacy, **d}
         d["dims"] = tuple((str(n), int(v)) for n, v in d.get("dims", ()))
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
 
@@ -352,7 +358,11 @@ LEGACY_DEFAULTS = {"bc_coef": 0.0, "imitation_ties": "as_solved", "models": (), 
                    "load_features": False, "batch_epsilon": None,
                    "platforms": (), "formats": 1, "codes": 1, "delta": 0.0,
                    "quality_budget": None, "batch_fit_platforms": 0,
-                   "episode_dynamic_formats": False}  # fmt: skip
+                   # False (the encoder before the fix) where it matters, with formats or
+                   # codes; True without them, where it changes nothing, so such runs resume
+                   # under today's options
+                   "episode_dynamic_formats": lambda d: d.get("formats", 1)
+                   * d.get("codes", 1) == 1}  # fmt: skip
 
 
 class Transition(NamedTuple):
