@@ -102,6 +102,9 @@ CASES = [
     (["train", "--models", "gpt2,nope"], ["--models", "nope"]),
     (["train", "--platforms", "datacenter,nope"], ["--platforms", "nope"]),
     (["train", "--platforms", "edge"], ["platforms", "edge"]),
+    (["train", "--d-max", "0"], ["--d-max", "0"]),
+    (["train", "--platforms", "datacenter,host4"], ["--platforms", "host4", "--d-max 3"]),
+    (["train", "--platform", "datacenter4", "--d-max", "2"], ["--platform", "datacenter4"]),
     (["train", "--zero-shot-models", "vit-b16"], ["--zero-shot-models", "vit-b16"]),
     (
         ["train", "--zero-shot-models", "nope", "--zero-shot-platforms", "soc"],

@@ -148,3 +148,19 @@ def test_device_encoder_with_formats_reads_the_per_step_groups_each_step():
     # (training runs the same cached path: test_agents_formats trains with the episode encoder)
     with pytest.raises(hj.PlanError, match="encoder"):
         ppo.make_setup(dataclasses.replace(DEVICE, encoder="devices"))
+
+
+def test_training_around_two_and_four_devices_never_places_on_a_padding_slot():
+    """Training around `edge` and the four-device `host4` (d_max = 4): the sampled platforms
+    have two or four real devices, and every block goes to a real device of its platform."""
+    cfg = dataclasses.replace(DEVICE, platform="edge", platforms=("host4",), d_max=4)
+    s = ppo.make_setup(cfg)
+    runner = jax.jit(lambda k: ppo.init_runner(s, k))(jax.random.key(0))
+    platforms = ppo.sample_platforms(s, jax.random.key(1), 16)
+    real = np.asarray(platforms.device_mask)
+    assert real.shape == (16, 4) and set(real.sum(1)) == {2, 4}
+    params = ppo._env_params(s, platforms)
+    traj = jax.jit(lambda p, e: ppo._rollout(s, p, jax.random.key(2), e, 0.15))(
+        runner.params, params)  # fmt: skip
+    blocks = np.asarray(traj.action)[1 : s.episode_len]  # [blocks, envs]
+    assert real[np.arange(16)[None, :], blocks].all()

@@ -303,13 +303,20 @@ def test_sized_for_fits_exactly(tiny):
 
 @pytest.mark.slow
 def test_default_env_every_model_and_preset():
-    """The default sizes fit every built-in model (block granularity) and every preset."""
+    """The default sizes fit every built-in model (block granularity) and every preset of up
+    to three devices; the four-device presets need d_max = 4 and are refused without it."""
     env = PlacementEnv()
     for name in hj.graphs.MODELS:
         g = hj.graphs.transformer(name)
         env.pad_graph(g)
     for name in hj.hardware.PRESETS:
-        env.pad_platform(hj.hardware.preset(name))
+        p = hj.hardware.preset(name)
+        if p.d_max <= env.d_max:
+            env.pad_platform(p)
+        else:
+            with pytest.raises(hj.HetjaxError, match="d_max"):
+                env.pad_platform(p)
+            PlacementEnv(d_max=p.d_max).pad_platform(p)
     params = env.make_params(hj.graphs.transformer("tinyllama-1.1b"), hj.hardware.preset("host3"))
     check_env(env, params, KEY)
 

@@ -39,6 +39,13 @@ def train_cmd(
         str | None,
         typer.Option(help="more presets to sample around, comma-separated (e.g. datacenter)"),
     ] = None,
+    d_max: Annotated[
+        int | None,
+        typer.Option(
+            help="device slots of the policy: it applies to every platform with up to this "
+            "many devices (default 3; the presets trained around must fit)"
+        ),
+    ] = None,
     zero_shot_models: Annotated[
         str | None,
         typer.Option(
@@ -161,7 +168,8 @@ def train_cmd(
                         ("--bc-coef", bc_coef, 0.0), ("--dagger-rounds", dagger_rounds, 0),
                         ("--held-out", held_out, 1), ("--chunk", chunk, 1),
                         ("--best-of", best_of, 0), ("--seed", seed, 0),
-                        ("--seq-len", seq_len, 1), ("--batch-fit", batch_fit, 0)]:  # fmt: skip
+                        ("--seq-len", seq_len, 1), ("--batch-fit", batch_fit, 0),
+                        ("--d-max", d_max, 1)]:  # fmt: skip
         checks.at_least(opt, v, low)
     checks.in_range("--epsilon", epsilon, 0.0, 1.0, high_open=True)
     checks.at_least("--quality-budget", quality_budget, 0.0)
@@ -212,7 +220,7 @@ def train_cmd(
                  dagger_rounds=dagger_rounds, advantage=advantage, encoder=encoder,
                  formats=3 if formats else None, codes=3 if compression else None,
                  delta=delta, quality_budget=quality_budget,
-                 batch_fit_platforms=batch_fit)  # fmt: skip
+                 batch_fit_platforms=batch_fit, d_max=d_max)  # fmt: skip
     extra = _names(models)
     # --teacher none / a baseline: the from-scratch settings; options given here still win
     settings = teacher_settings(teacher)
@@ -231,6 +239,14 @@ def train_cmd(
             "--teacher exact: --granularity op has no exact optimum to "
             "clone; use --teacher none or a heuristic (e.g. greedy_eft)"
         )
+    for opt, names in (("--platform", (platform,)), ("--platforms", more)):
+        for name in names:
+            n = hj.hardware.preset(name).d_max
+            if n > config.d_max:
+                raise checks.OptionError(
+                    f"{opt} {name!r}: {n} devices > --d-max {config.d_max} (the policy's "
+                    f"device slots); give --d-max {n}"
+                )
     make_setup(config)  # the config's own rules (e.g. num_envs a multiple of num_minibatches)
     zero_shot = None
     if not default_grid:

@@ -244,6 +244,18 @@ PRESETS: dict[str, PresetSpec] = {
             "CPU + GPU + NPU: T4-class GPU and 310P-class NPU cards in a Xeon host (PCIe 4.0)",
             ("t4", "ascend310p", "xeon8380"),
         ),
+        # four devices: training around them and the two-device presets leaves host3's three
+        # devices a count the policy never saw (docs/agent.md, zero-shot to unseen presets)
+        PresetSpec(
+            "host4",
+            "two T4-class GPUs and a 310P-class NPU card in a Xeon host (PCIe 4.0)",
+            ("t4", "ascend310p", "t4", "xeon8380"),
+        ),
+        PresetSpec(
+            "datacenter4",
+            "A100-class GPU and two Ascend 910-class NPUs in a Xeon host (PCIe 4.0)",
+            ("a100", "ascend910", "ascend910", "xeon8380"),
+        ),
     )
 }
 
