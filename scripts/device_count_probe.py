@@ -2,10 +2,12 @@
 
     .venv/bin/python scripts/device_count_probe.py [--encoder device] [--steps 1500]
         [--teacher-platforms 1024] [--spread 2.0] [--held-out 16] [--train edge,datacenter]
-        [--test edge,soc,host3] [--json FILE]
+        [--test edge,soc,host3] [--teacher exact|cem|...] [--d-max 3] [--json FILE]
 
-Clones the exact optimum of `--teacher-platforms` platforms sampled around the `--train`
-presets (bert-base, `--steps` steps of `ppo.make_imitation`, no PPO: a probe, not a job),
+Clones the `--teacher`'s plans (default: the exact optimum; a baseline name such as cem for
+presets of four devices, whose exact optimum is slow) of `--teacher-platforms` platforms
+sampled around the `--train` presets (`--d-max` device slots; bert-base, `--steps` steps of
+`ppo.make_imitation`, no PPO: a probe, not a job),
 then prints the greedy plan (batch, blocks per device, SPEC score) beside the exact optimum
 on single platforms built from the device catalogue: the two training kinds, a CPU added to
 them, a third device of a seen kind; and the mean greedy gap on `--held-out` platforms sampled
@@ -57,12 +59,15 @@ def main(argv=None) -> None:
     ap.add_argument("--held-out", type=int, default=16)
     ap.add_argument("--train", default="edge,datacenter", help="training presets")
     ap.add_argument("--test", default="edge,soc,host3", help="presets of the gap rows")
+    ap.add_argument("--teacher", default="exact", help="exact or a baseline strategy's name")
+    ap.add_argument("--d-max", type=int, default=3, help="the policy's device slots")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
     train = args.train.split(",")
     config = ppo.PPOConfig(
-        model="bert-base", platform=train[0], platforms=tuple(train[1:]), d_max=3,
-        spread=args.spread, encoder=args.encoder, width=128, head_width=64,
+        model="bert-base", platform=train[0], platforms=tuple(train[1:]), d_max=args.d_max,
+        spread=args.spread, encoder=args.encoder, imitation_teacher=args.teacher, width=128,
+        head_width=64,
         imitation_steps=args.steps, imitation_platforms=args.teacher_platforms,
     )  # fmt: skip
     t0 = time.perf_counter()
@@ -88,11 +93,13 @@ def main(argv=None) -> None:
         row = {
             "devices": name,
             "policy_batch": float(config.batches[int(acts[0, 0])]),
-            "policy_blocks": np.bincount(acts[0, 1 : 1 + n_blocks], minlength=3).tolist(),
+            "policy_blocks": np.bincount(
+                acts[0, 1 : 1 + n_blocks], minlength=args.d_max
+            ).tolist(),  # fmt: skip
             "policy_score": float(scores[0]),
             "optimum_batch": float(config.batches[int(np.asarray(index)[0])]),
             "optimum_blocks": np.bincount(
-                np.asarray(placement)[0, :n_blocks], minlength=3
+                np.asarray(placement)[0, :n_blocks], minlength=args.d_max
             ).tolist(),  # fmt: skip
             "optimum_score": float(np.asarray(opt)[0]),
         }
