@@ -279,7 +279,8 @@ def test_export_optimum_matches_builtin_within_one_percent(tmp_path, name):
     assert g.m_max == b.m_max
     n = max(g.n_max, b.n_max)  # (gpt2: the built-in graph's position-ids op, docs/model.md)
     g, b = hj.graphs.pad(g, n, g.m_max), hj.graphs.pad(b, n, g.m_max, g.p_max)
-    for preset in hj.hardware.PRESETS:
+    # docs/model.md's table: the presets of up to three devices (four take minutes each here)
+    for preset in [p for p in hj.hardware.PRESETS if hj.hardware.preset(p).d_max <= 3]:
         p = hj.hardware.preset(preset)
         _, s_onnx = hj.exact.optimal_score(g, p)
         _, s_b = hj.exact.optimal_score(b, p)
