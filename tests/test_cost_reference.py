@@ -435,7 +435,9 @@ def test_reference_metrics_agrees_with_reference_and_evaluate(g, p, b_ref):
     m = _reference_metrics(g, p, b_ref)
     assert_agree(m, r, r, 1e-4, "reference_metrics vs the reference")
     e = _evaluate(g, p, hj.reference_plan(g, b_ref))
-    assert_agree(m, {f: np.asarray(getattr(e, f)) for f in METRIC_FIELDS}, r, 1e-6, "vs evaluate")
+    # both float32, their sums over ops and devices in different orders: about (ops + devices)
+    # x eps apart (a found case: energy 2.0e-6 relative with 14 ops and 4 devices), so 1e-5
+    assert_agree(m, {f: np.asarray(getattr(e, f)) for f in METRIC_FIELDS}, r, 1e-5, "vs evaluate")
 
 
 def test_reference_metrics_under_vmap_and_grad():
