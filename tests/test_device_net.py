@@ -155,12 +155,8 @@ def test_training_around_two_and_four_devices_never_places_on_a_padding_slot():
     have two or four real devices, and every block goes to a real device of its platform."""
     cfg = dataclasses.replace(DEVICE, platform="edge", platforms=("host4",), d_max=4)
     s = ppo.make_setup(cfg)
-    runner = jax.jit(lambda k: ppo.init_runner(s, k))(jax.random.key(0))
-    platforms = ppo.sample_platforms(s, jax.random.key(1), 16)
-    real = np.asarray(platforms.device_mask)
+    _, params, traj = _rollout(s, 16)
+    real = np.asarray(params.platform.device_mask)
     assert real.shape == (16, 4) and set(real.sum(1)) == {2, 4}
-    params = ppo._env_params(s, platforms)
-    traj = jax.jit(lambda p, e: ppo._rollout(s, p, jax.random.key(2), e, 0.15))(
-        runner.params, params)  # fmt: skip
     blocks = np.asarray(traj.action)[1 : s.episode_len]  # [blocks, envs]
     assert real[np.arange(16)[None, :], blocks].all()
