@@ -52,7 +52,7 @@ def _assert_same(fast, slow):
 
 
 @pytest.mark.xla_default(optimized=True)
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     seed=st.integers(0, 10_000),
     n_blocks=st.integers(2, 6),
