@@ -567,8 +567,15 @@ def test_op_granularity_trains_from_a_heuristic_and_reports_against_the_best_fou
                for r in rows)  # fmt: skip
     assert doc["preset"]["reference"] == "best found"
     assert doc["preset"]["optimal_score"] <= doc["preset"]["bound_score"]
-    assert doc["config"]["granularity"] == "op"
+    # the preset's best found is over the job's baselines (greedy_eft) and the policy's plan
     setup = ppo.make_setup(cfg)
+    g, p = setup.graph, setup.base
+    eft = hj.baselines.get("greedy_eft")(jax.random.key(0), g, p, cfg.batches,
+                                         weights=cfg.weights)  # fmt: skip
+    ref = hj.evaluate(g, p, hj.reference_plan(g))
+    eft_score = float(hj.score(hj.evaluate(g, p, eft), ref, cfg.weights))
+    assert doc["preset"]["optimal_score"] >= max(eft_score, doc["preset"]["score"]) - 1e-6
+    assert doc["config"]["granularity"] == "op"
     assert int(setup.graph.block_mask.sum()) == int(
         hj.graphs.load("bert-tiny", 16, "op").op_mask.sum()
     )

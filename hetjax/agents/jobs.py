@@ -30,7 +30,8 @@ def train_job(config, out: Path, *, resume: bool = False, held_out: int = 256, c
     model (`Trainer`). `zero_shot` ({"models": [...], "presets": [...], "n": platforms per
     pair}) adds report["zero_shot"]: the policy and every baseline on each (model, preset)
     pair, seen in training or not (`report.zero_shot_report`). `baselines` (names of
-    `hj.baselines.STRATEGIES`; None: all) are the baseline rows of both reports.
+    `hj.baselines.STRATEGIES`; None: all) are the baseline rows of both reports and,
+    where no exact solver applies, the methods the preset's "best found" is taken over.
 
     report.json is written last (atomically) and records the report's options under "job":
     a resumed run that is already finished and holds a report.json with the same options
@@ -64,7 +65,9 @@ def train_job(config, out: Path, *, resume: bool = False, held_out: int = 256, c
             return done
     setup = trainer.setup
     best, selected = trainer.best()  # model selection on the validation platforms
-    preset, plan, opt_plan = report.preset_report(setup, best.params, best_of=best_of)
+    preset, plan, opt_plan = report.preset_report(
+        setup, best.params, best_of=best_of, baselines=baselines
+    )
     held = report.held_out_report(
         setup,
         best.params,

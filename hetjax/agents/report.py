@@ -156,12 +156,16 @@ def _summary(gaps) -> dict:
     }
 
 
-def preset_report(setup: ppo.Setup, params, best_of: int = 0) -> tuple[dict, hj.Plan, hj.Plan]:
+def preset_report(setup: ppo.Setup, params, best_of: int = 0,
+                  baselines: tuple[str, ...] | None = None,
+                  ) -> tuple[dict, hj.Plan, hj.Plan]:  # fmt: skip
     """Learned plan (`policy_plan` with `best_of`) vs exact optimum on the preset itself (a
-    graph that is no chain: vs the best plan of the policy and every baseline there, see
-    `has_exact`), its gap to `hj.bounds.score_bound`, and reductions vs all-on-device-0;
-    `greedy_gap_pct` is the greedy plan's gap either way."""
+    graph that is no chain: vs the best plan of the policy and of the `baselines` there, as
+    in `held_out_report`: None, every strategy; see `has_exact`), its gap to
+    `hj.bounds.score_bound`, and reductions vs all-on-device-0; `greedy_gap_pct` is the
+    greedy plan's gap either way."""
     c = setup.config
+    names = check_baselines(baselines)
     g, p = setup.graph, setup.base
     plan = policy_plan(setup, params, p, best_of=best_of)
     greedy = plan if best_of == 0 else policy_plan(setup, params, p)
@@ -174,14 +178,14 @@ def preset_report(setup: ppo.Setup, params, best_of: int = 0) -> tuple[dict, hj.
     if exact:
         opt_plan, opt = hj.exact.optimal_score(g, p, batches=c.batches, weights=c.weights,
                                                **_search_kw(c))  # fmt: skip
-    else:  # the best of the policy's plan, every baseline's and (op granularity) the block
+    else:  # the best of the policy's plan, the baselines' and (op granularity) the block
         opt_plan, opt = plan, s  # level's exact optimum on the preset
         blocks = block_optima(setup, jax.tree.map(lambda x: x[None], p))
         if blocks is not None and float(blocks[0][0]) > opt:
             opt = float(blocks[0][0])
             opt_plan = jax.tree.map(lambda x: x[0], blocks[1])
         key = jax.random.key(0)
-        for name in baselines.STRATEGIES:
+        for name in names:
             cand = hj.baselines.get(name)(key, g, p, c.batches, weights=c.weights,
                                           **_search_kw(c))  # fmt: skip
             cs = float(hj.score(hj.evaluate(g, p, cand), ref, c.weights, **_score_kw(c)))

@@ -67,8 +67,9 @@ def train_cmd(
     baselines: Annotated[
         str | None,
         typer.Option(
-            help="baseline rows of the held-out and zero-shot reports, "
-            "comma-separated (default: every strategy)"
+            help="baseline rows of the held-out and zero-shot reports (and the methods of "
+            "the preset's best found where no exact solver applies), comma-separated "
+            "(default: every strategy)"
         ),
     ] = None,
     num_envs: Annotated[int | None, typer.Option(help="parallel environments")] = None,
