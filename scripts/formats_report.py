@@ -4,6 +4,7 @@ Pareto front with and without formats.
 
     PYTHONPATH=. .venv/bin/python scripts/formats_report.py [--models bert-base,gpt2,tinyllama-1.1b]
         [--presets edge,soc,datacenter,host3] [--budget 1.0] [--out docs/results/formats]
+        [--resume]
 
 For every (model, preset): `hj.exact.optimal_score` FP16-only and with formats (0, 1, 2) and
 codes (0, 1, 2) within `--budget` accuracy points (default score weights, batches 1..32), the
@@ -11,12 +12,17 @@ metrics of both plans, the seconds each search took, and each baseline's score w
 and codes (`hj.baselines`, the budgeted greedy for the rules) as a gap to the optimum with
 formats. Then the Pareto front over (latency, throughput, energy) of `--front-model` on
 `--front-preset` with and without formats, drawn in the (latency, energy) plane.
-Writes OUT/formats.json and OUT/pareto.png (atomically); prints a table.
+Writes OUT/formats.json and OUT/pareto.png (atomically); prints a table. formats.json is
+rewritten after every (model, preset) row, so a killed run loses only the row in flight;
+`--resume` keeps the rows already in OUT/formats.json (at the same budget), adds the missing
+ones in the order asked, and keeps its Pareto fronts unless none were drawn yet.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 import time
 from pathlib import Path
 
@@ -105,27 +111,39 @@ def main(argv=None) -> dict:
     ap.add_argument("--out", type=Path, default=Path("docs/results/formats"))
     ap.add_argument("--front-only", action="store_true",
                     help="keep OUT/formats.json's rows, (re)draw the Pareto fronts")  # fmt: skip
+    ap.add_argument("--resume", action="store_true",
+                    help="keep OUT/formats.json's rows and fronts, add the rest")  # fmt: skip
     args = ap.parse_args(argv)
+    path = args.out / "formats.json"
+    old = json.loads(path.read_text()) if args.resume and path.exists() else {}
+    if old and old.get("budget") != args.budget:
+        print(f"error: --resume: {path} has budget {old.get('budget')}, not --budget "
+              f"{args.budget:g}", file=sys.stderr)  # fmt: skip
+        sys.exit(2)
     if args.front_only:
-        import json
-
-        doc = json.loads((args.out / "formats.json").read_text())
+        doc = json.loads(path.read_text())
         doc["pareto"] = front(args.front_model, args.front_preset, args.budget, args.out)
         write_json(args.out / "formats.json", doc)
         print("wrote", args.out / "formats.json", args.out / "pareto.png")
         return doc
-    rows = []
+    rows = list(old.get("rows", []))
+    done = {(r["model"], r["preset"]) for r in rows}
+    doc = {"budget": args.budget, "rows": rows}
+    if "pareto" in old:
+        doc["pareto"] = old["pareto"]
     for model in args.models.split(","):
         for preset in args.presets.split(","):
+            if (model, preset) in done:
+                continue
             rows.append(one(model, preset, args.budget))
             r = rows[-1]
             print(f"{model} {preset}: fp16 {r['fp16']['score']:.4f} ({r['fp16']['search_s']:.1f} "
                   f"s), formats {r['formats']['score']:.4f} ({r['formats']['search_s']:.1f} s)",
                   flush=True)  # fmt: skip
-    doc = {"budget": args.budget, "rows": rows}
-    write_json(args.out / "formats.json", doc)  # the rows first: the fronts take longer
-    doc["pareto"] = front(args.front_model, args.front_preset, args.budget, args.out)
-    write_json(args.out / "formats.json", doc)
+            write_json(path, doc)  # after every row: the searches take minutes each
+    if "pareto" not in doc:  # the fronts take longer
+        doc["pareto"] = front(args.front_model, args.front_preset, args.budget, args.out)
+    write_json(path, doc)
     t = Table(title=f"exact optimum with formats and codes (budget {args.budget:g} point) vs FP16")
     for c in ("model", "preset", "FP16 score", "formats score", "latency ms", "quality pt",
               "best baseline gap %", "search s (FP16 / formats)"):  # fmt: skip

@@ -1,0 +1,57 @@
+"""scripts/formats_report.py's bookkeeping: a row written after every (model, preset), and
+`--resume` keeping what a killed run wrote. The searches themselves are stubbed here (each
+takes minutes); hj.exact's formats search is tested in tests/test_exact_formats.py."""
+
+import json
+
+import pytest
+from load_script import load_script
+
+
+@pytest.fixture
+def report(monkeypatch):
+    module = load_script("scripts/formats_report.py")
+    calls = []
+
+    def one(model, preset, budget):
+        calls.append((model, preset))
+        if preset == "boom":  # a run killed during this row
+            raise KeyboardInterrupt
+        m = {"score": 1.0, "latency_s": 1e-3, "quality_loss": 0.5, "search_s": 0.1}
+        return {"model": model, "preset": preset, "budget": budget, "fp16": m,
+                "formats": m, "baselines": {"cem": {"score": 0.9, "gap_pct": 10.0}}}  # fmt: skip
+
+    monkeypatch.setattr(module, "one", one)
+    monkeypatch.setattr(module, "front", lambda *a: {"drawn": len(calls)})
+    return module, calls
+
+
+def test_a_killed_run_keeps_its_rows_and_resume_adds_only_the_missing(report, tmp_path, capsys):
+    module, calls = report
+    with pytest.raises(KeyboardInterrupt):
+        module.main(["--models", "m1,m2", "--presets", "edge,boom", "--out", str(tmp_path)])
+    doc = json.loads((tmp_path / "formats.json").read_text())
+    assert [(r["model"], r["preset"]) for r in doc["rows"]] == [("m1", "edge")]
+    assert "pareto" not in doc  # drawn last
+    calls.clear()
+    doc = module.main(["--models", "m1,m2", "--presets", "edge,soc", "--out", str(tmp_path),
+                       "--resume"])  # fmt: skip
+    assert calls == [("m1", "soc"), ("m2", "edge"), ("m2", "soc")]  # m1/edge kept
+    assert [(r["model"], r["preset"]) for r in doc["rows"]] == [
+        ("m1", "edge"), ("m1", "soc"), ("m2", "edge"), ("m2", "soc")]  # fmt: skip
+    assert doc["pareto"] == {"drawn": 3}
+    assert json.loads((tmp_path / "formats.json").read_text()) == doc
+    # a resumed run keeps the fronts already drawn; a finished grid searches nothing
+    calls.clear()
+    again = module.main(["--models", "m1", "--presets", "edge", "--out", str(tmp_path),
+                         "--resume"])  # fmt: skip
+    assert calls == [] and again == doc
+    # another budget than the file's: one line, exit 2, nothing written
+    before = (tmp_path / "formats.json").read_bytes()
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        module.main(["--out", str(tmp_path), "--resume", "--budget", "2"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--budget 2" in err
+    assert (tmp_path / "formats.json").read_bytes() == before
