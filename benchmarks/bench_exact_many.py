@@ -1,7 +1,7 @@
 """Exact score optima of many sampled platforms: the search before and after vectorisation.
 
     .venv/bin/python benchmarks/bench_exact_many.py [--model bert-base] [--platforms edge host3]
-        [-n 256] [--workers 2] [--repeats 3]
+        [-n 256] [--workers 2] [--repeats 3] [--formats]
 
 `hj.exact.optimal_scores` on n platforms sampled around each preset (spread 2, as the training
 job's teacher, validation and held-out sets), in the same run:
@@ -18,6 +18,12 @@ Each row runs `--repeats` times; the table shows the median wall time (all are i
 Checks that every run gives the same scores, plans and batches, bit for bit. Records the load
 average (other processes share the CPUs) and this process's CPU seconds. Writes
 benchmarks/results/exact_many.json.
+
+`--formats` (cost model 2.0: formats and codes 0-2, a budget of 1 point; try `-n 16
+--repeats 1`, each bert-base platform is seconds of search): `optimal_scores` in this process
+(one platform after another: how the training job's reports solved them before 2026-11-27)
+against `--workers` Ray workers, same results checked, plans with formats and codes. Writes
+benchmarks/results/exact_many_formats.json.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine, write_json  # noqa: E402
 
 import hetjax as hj  # noqa: E402
-from hetjax.exact import _many  # noqa: E402  (search_threads)
+from hetjax.exact import _batch, _many  # noqa: E402  (search_threads, the worker threshold)
 from hetjax.exact._batch import _solve_all  # noqa: E402  (the "before" path)
 
 
@@ -97,6 +103,63 @@ def run_preset(graph, base: str, n: int, workers: int, repeats: int) -> dict:
             "speedup_in_process": rows[0]["wall_s"] / rows[2]["wall_s"]}  # fmt: skip
 
 
+FORMATS = dict(formats=(0, 1, 2), codes=(0, 1, 2), quality_budget=1.0)
+
+
+def run_formats(graph, base: str, n: int, workers: int, repeats: int) -> dict:
+    """`optimal_scores` with formats and codes: one process against `workers` Ray workers."""
+    platforms = hj.hardware.sample(jax.random.key(0), n, base=base, spread=2.0)
+    rows, results = [], {}
+    for w in (1, workers):
+        load = os.getloadavg()[0]
+        walls, cpus = [], []
+        for _ in range(repeats):
+            with mock.patch.object(_batch, "_MIN_PER_WORKER_FORMATS", 1):
+                (plans, scores), wall, cpu = _timed(
+                    lambda w=w: hj.exact.optimal_scores(graph, platforms, workers=w, **FORMATS)
+                )
+            walls.append(wall)
+            cpus.append(cpu)
+        results[w] = [np.asarray(x) for x in (plans.placement, plans.batch, plans.fmt,
+                                               plans.code, scores)]  # fmt: skip
+        wall = float(np.median(walls))
+        rows.append({"path": "one process" if w == 1 else "Ray workers", "workers": w,
+                     "wall_s": wall, "walls_s": walls, "cpu_s_this_process": float(np.median(cpus)),
+                     "platforms_per_s": n / wall, "load_avg_1min_before": load})  # fmt: skip
+    same = all(np.array_equal(a, b) for a, b in zip(results[1], results[workers], strict=True))
+    return {"platform": base, "n": n, "rows": rows, "identical_results": bool(same),
+            "speedup": rows[0]["wall_s"] / rows[-1]["wall_s"], **FORMATS}  # fmt: skip
+
+
+def main_formats(args, graph, argv) -> None:
+    console = Console()
+    presets = []
+    for base in args.platforms:
+        r = run_formats(graph, base, args.n, args.workers, args.repeats)
+        presets.append(r)
+        table = Table(title=f"exact score optima with formats and codes (budget 1 point) of "
+                      f"{args.n} platforms around {base}, {args.model} (block)")  # fmt: skip
+        for col in ("search", "workers", "wall s (median)", "CPU s (this process)",
+                    "platforms/s", "x one process"):  # fmt: skip
+            table.add_column(col, justify="right")
+        for row in r["rows"]:
+            table.add_row(row["path"], str(row["workers"]), f"{row['wall_s']:.2f}",
+                          f"{row['cpu_s_this_process']:.2f}", f"{row['platforms_per_s']:.2f}",
+                          f"{r['rows'][0]['wall_s'] / row['wall_s']:.2f}")  # fmt: skip
+        console.print(table)
+        console.print(f"identical scores, plans, formats and codes: {r['identical_results']}")
+    path = write_json("exact_many_formats", {
+        "benchmark": "exact_many_formats",
+        "command": "python benchmarks/bench_exact_many.py "
+        + " ".join(sys.argv[1:] if argv is None else argv),
+        "model": args.model, "n": args.n, "machine": machine(),
+        "uptime": os.popen("uptime").read().strip(), "presets": presets,
+    })  # fmt: skip
+    console.print(f"wrote {path}")
+    if not all(r["identical_results"] for r in presets):
+        raise SystemExit("Ray workers gave other results than one process")
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="bert-base")
@@ -104,8 +167,12 @@ def main(argv=None) -> None:
     ap.add_argument("-n", type=int, default=256)
     ap.add_argument("--workers", type=int, default=hj.exact.default_workers())
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--formats", action="store_true",
+                    help="cost model 2.0: one process against Ray workers (see above)")  # fmt: skip
     args = ap.parse_args(argv)
     graph = hj.graphs.transformer(args.model, seq_len=128, granularity="block")
+    if args.formats:
+        return main_formats(args, graph, argv)
     console = Console()
     presets = []
     for base in args.platforms:

@@ -130,6 +130,36 @@ def test_bad_format_arguments_are_refused(kwargs, match):
     g = hj.graphs.transformer("bert-tiny", seq_len=32)
     with pytest.raises(hj.PlanError, match=match):
         hj.exact.optimal_score(g, hj.hardware.preset("edge"), BATCHES, **kwargs)
+    ps = hj.hardware.sample(jax.random.key(0), 2, base="edge")  # before any search or worker
+    with pytest.raises(hj.PlanError, match=f"optimal_scores.*{match}|{match}.*optimal_scores"):
+        hj.exact.optimal_scores(g, ps, BATCHES, workers=2, **kwargs)
+
+
+# one process in every suite; two Ray workers (the same code path as version 1's) with --slow
+@pytest.mark.parametrize("workers", [1, pytest.param(2, marks=pytest.mark.slow)])
+def test_many_platforms_with_formats_equal_one_by_one(workers, monkeypatch):
+    """`optimal_scores` with formats and codes: each platform's `optimal_score`, plans with
+    fmt and code, the same in one process and on Ray workers; version 1's plans keep no
+    formats."""
+    import hetjax.exact._batch as batch_mod
+
+    monkeypatch.setattr(batch_mod, "_MIN_PER_WORKER_FORMATS", 1)  # workers for 3 platforms
+    g = hj.graphs.transformer("bert-tiny", seq_len=32)
+    ps = hj.hardware.sample(jax.random.key(4), 3, base="edge")
+    kw = dict(formats=(0, 1, 2), codes=(0, 1, 2), quality_budget=0.5, delta=0.2)
+    plans, scores = hj.exact.optimal_scores(g, ps, BATCHES, workers=workers, **kw)
+    assert plans.fmt.shape == plans.code.shape == plans.placement.shape == (3, g.n_max)
+    for i, p in enumerate(hj.hardware.unstack(ps)):
+        plan, s = hj.exact.optimal_score(g, p, BATCHES, **kw)
+        assert scores[i] == s
+        assert float(plans.batch[i]) == float(plan.batch)
+        np.testing.assert_array_equal(plans.placement[i], plan.placement)
+        for name in ("fmt", "code"):
+            want = getattr(plan, name)
+            want = np.zeros(g.n_max, np.int32) if want is None else np.asarray(want)
+            np.testing.assert_array_equal(getattr(plans, name)[i], want)
+    v1, _ = hj.exact.optimal_scores(g, ps, BATCHES, workers=1)
+    assert v1.fmt is None and v1.code is None
 
 
 def test_zero_idle_power_with_a_blocked_code_keeps_the_tables_finite_or_inf():

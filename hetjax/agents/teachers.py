@@ -52,44 +52,31 @@ def exact_scores(
     `workers` processes; see `hj.exact.optimal_scores`), of `config.model` or of each
     platform's model (`models` int32[K], indices into `setup.model_names`). With formats or
     codes (cost model 2.0), `hj.exact.optimal_score` over (device, format, code) per block on
-    each platform, one after another in this process (plans carry fmt / code)."""
+    each platform, shared by the same workers (plans carry fmt / code)."""
     c = setup.config
-    if c.formats * c.codes > 1:
-        return _exact_scores_formats(setup, platforms, models)
+    v2 = c.formats * c.codes > 1
+    kw = dict(formats=range(c.formats), codes=range(c.codes), **quality_args(c)) if v2 else {}
     if models is None or not setup.mixed:
         plans, scores = exact.optimal_scores(setup.graph, platforms, c.batches, c.weights,
-                                             workers=workers)  # fmt: skip
+                                             workers=workers, **kw)  # fmt: skip
         return scores, plans
     models = np.asarray(models)
     k, n = len(models), setup.graph.n_max
     scores, placement, batch = np.zeros(k), np.zeros((k, n), np.int32), np.zeros(k, np.float32)
+    fmt, code = np.zeros((k, n), np.int32), np.zeros((k, n), np.int32)
     for g in np.unique(models):  # one search per model, over its platforms
         rows = np.flatnonzero(models == g)
         graph = jax.tree.map(lambda x, g=g: x[g], setup.graphs)
         subset = jax.tree.map(lambda x, rows=rows: x[rows], platforms)
-        plans, s = exact.optimal_scores(graph, subset, c.batches, c.weights, workers=workers)
+        plans, s = exact.optimal_scores(graph, subset, c.batches, c.weights, workers=workers,
+                                        **kw)  # fmt: skip
         scores[rows], placement[rows], batch[rows] = s, plans.placement, plans.batch
-    return scores, Plan(jnp.asarray(placement), jnp.asarray(batch))
-
-
-def _exact_scores_formats(setup: Setup, platforms, models=None):
-    c = setup.config
-    k = jax.tree.leaves(platforms)[0].shape[0]
-    models = np.zeros(k, int) if models is None else np.asarray(models)
-    q = quality_args(c)
-    scores = np.zeros(k)
-    plans = []
-    for i in range(k):
-        graph = jax.tree.map(lambda x, g=int(models[i]): x[g], setup.graphs)
-        p = jax.tree.map(lambda x, i=i: x[i], platforms)
-        plan, scores[i] = exact.optimal_score(
-            graph, p, c.batches, c.weights, formats=range(c.formats), codes=range(c.codes), **q
-        )
-        if plan.fmt is None:  # every optimum FP16 and uncoded: explicit zeros
-            plan = plan.replace(fmt=jnp.zeros_like(plan.placement),
-                                code=jnp.zeros_like(plan.placement))  # fmt: skip
-        plans.append(plan)
-    return scores, jax.tree.map(lambda *xs: jnp.stack(xs), *plans)
+        if v2:
+            fmt[rows], code[rows] = plans.fmt, plans.code
+    if not v2:
+        return scores, Plan(jnp.asarray(placement), jnp.asarray(batch))
+    return scores, Plan(jnp.asarray(placement), jnp.asarray(batch), fmt=jnp.asarray(fmt),
+                        code=jnp.asarray(code))  # fmt: skip
 
 
 def make_teacher(setup: Setup, key, n: int | None = None, kind: str | None = None) -> Teacher:

@@ -17,11 +17,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from hetjax._validation import check_quality
 from hetjax.cost import DEFAULT_WEIGHTS, Plan
 from hetjax.errors import HetjaxError, PlanError
 from hetjax.exact._chain import DEFAULT_BATCHES, check_batches, check_weights
 from hetjax.exact._many import cpus, solve_many
 from hetjax.exact._solvers import optimal_score
+from hetjax.formats import check_choices
 from hetjax.graphs.core import LayerGraph
 from hetjax.hardware.core import Platform
 
@@ -30,6 +32,9 @@ __all__ = ["optimal_scores", "default_workers"]
 # Below this many platforms per worker, starting one (Ray, import, compile: 5-10 s) costs more
 # than it saves: the vectorised search solves ~70 bert-base edge platforms per CPU second.
 _MIN_PER_WORKER = 400
+# With formats or codes (cost model 2.0) each platform is its own search of seconds (bert-base
+# on a two-device preset: 3-30 s), so a few platforms per worker already pay for it.
+_MIN_PER_WORKER_FORMATS = 8
 
 
 def default_workers() -> int:
@@ -70,6 +75,28 @@ def _solve_part(shared: tuple, items: list) -> list:
     return _solve_all(*shared, items)
 
 
+def _solve_formats(graph, batches, weights, b_ref, quality: dict, items) -> list:
+    """(index, placement int32[N], batch, score, fmt int32[N], code int32[N]) of each item
+    (index, host platform), in order: `optimal_score` over (device, format, code) per block,
+    one platform after another (`quality`: its formats, codes, delta and quality_budget)."""
+    out = []
+    for i, platform in items:
+        try:
+            plan, s = optimal_score(graph, platform, batches, weights, b_ref=b_ref, **quality)
+        except HetjaxError as err:  # same class, naming the platform
+            raise type(err)(f"optimal_scores: platform {i}: {err}") from None
+        placement = np.asarray(plan.placement, np.int32)
+        fmt, code = (np.zeros_like(placement) if x is None else np.asarray(x, np.int32)
+                     for x in (plan.fmt, plan.code))  # fmt: skip
+        out.append((i, placement, float(plan.batch), float(s), fmt, code))
+    return out
+
+
+def _solve_part_formats(shared: tuple, items: list) -> list:
+    """One Ray task: `_solve_formats` on a share of the platforms."""
+    return _solve_formats(*shared, items)
+
+
 def optimal_scores(
     graph: LayerGraph,
     platforms: Platform,
@@ -79,10 +106,18 @@ def optimal_scores(
     b_ref: float = 1.0,
     workers: int | None = None,
     address: str | None = None,
+    formats=(0,),
+    codes=(0,),
+    delta: float = 0.0,
+    quality_budget: float = float("inf"),
 ) -> tuple[Plan, np.ndarray]:
     """`optimal_score` of one graph on each of K stacked platforms (leading axis K).
 
     Returns (plans: `hj.Plan` with placement int32[K, N] and batch f32[K], scores f64[K]).
+    Cost model 2.0: `formats`, `codes`, `delta` and `quality_budget` as in `optimal_score`;
+    beyond the defaults (FP16 only, no codes) every platform is `optimal_score`'s search over
+    (device, format, code) per block, and the plans carry `fmt` and `code` int32[K, N]
+    (batches under 8 platforms per worker use fewer workers).
     `workers` Ray workers share the platforms (default: the CPUs available; 1 = this process
     only; batches under 400 platforms per worker use fewer), on a local Ray instance started
     for the call, or on the running Ray cluster at `address` ("HOST:PORT" or "auto"; then
@@ -103,18 +138,29 @@ def optimal_scores(
     workers = default_workers() if workers is None else int(workers)
     if workers < 1:
         raise PlanError(f"optimal_scores: workers={workers} must be at least 1")
-    workers = min(workers, max(1, k // _MIN_PER_WORKER))
-    job = (host_graph, batches, weights, b_ref)
+    # checked here, before any worker starts (each platform's search checks them again)
+    formats = check_choices(formats, "formats", "optimal_scores")
+    codes = check_choices(codes, "codes", "optimal_scores")
+    check_quality(delta, quality_budget, "optimal_scores")
+    quality = dict(formats=formats, codes=codes, delta=delta, quality_budget=quality_budget)
+    v2 = formats != (0,) or codes != (0,)
+    workers = min(workers, max(1, k // (_MIN_PER_WORKER_FORMATS if v2 else _MIN_PER_WORKER)))
+    job = (host_graph, batches, weights, b_ref) + ((quality,) if v2 else ())
+    solve, part_fn = (_solve_formats, _solve_part_formats) if v2 else (_solve_all, _solve_part)
     items = list(enumerate(singles))
     if workers == 1 and address is None:
-        results = _solve_all(*job, items)
+        results = solve(*job, items)
     else:  # interleaved, so every worker gets a share of the hard platforms
         from hetjax.distributed import run_tasks
 
         parts = [items[j::workers] for j in range(workers)]
-        results = [r for part in run_tasks(_solve_part, job, parts, workers=workers,
+        results = [r for part in run_tasks(part_fn, job, parts, workers=workers,
                                            address=address) for r in part]  # fmt: skip
     results.sort(key=lambda r: r[0])
     placement = jnp.asarray(np.stack([r[1] for r in results]), jnp.int32)
     batch = jnp.asarray([r[2] for r in results], jnp.float32)
-    return Plan(placement, batch), np.asarray([r[3] for r in results], np.float64)
+    scores = np.asarray([r[3] for r in results], np.float64)
+    if not v2:
+        return Plan(placement, batch), scores
+    fmt, code = (jnp.asarray(np.stack([r[j] for r in results]), jnp.int32) for j in (4, 5))
+    return Plan(placement, batch, fmt=fmt, code=code), scores
