@@ -154,6 +154,8 @@ def optimal_scores(
         from hetjax.distributed import run_tasks
 
         parts = [items[j::workers] for j in range(workers)]
+        if v2:  # one task per platform: their searches differ by 10x, and Ray hands the next
+            parts = [[item] for item in items]  # one to whichever worker is free
         results = [r for part in run_tasks(part_fn, job, parts, workers=workers,
                                            address=address) for r in part]  # fmt: skip
     results.sort(key=lambda r: r[0])
