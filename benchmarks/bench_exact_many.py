@@ -126,6 +126,7 @@ def run_formats(graph, base: str, n: int, workers: int, repeats: int) -> dict:
         rows.append({"path": "one process" if w == 1 else "Ray workers", "workers": w,
                      "wall_s": wall, "walls_s": walls, "cpu_s_this_process": float(np.median(cpus)),
                      "platforms_per_s": n / wall, "load_avg_1min_before": load})  # fmt: skip
+        print(f"{base}, {n} platforms, workers={w}: {wall:.1f} s", flush=True)
     same = all(np.array_equal(a, b) for a, b in zip(results[1], results[workers], strict=True))
     return {"platform": base, "n": n, "rows": rows, "identical_results": bool(same),
             "speedup": rows[0]["wall_s"] / rows[-1]["wall_s"], **FORMATS}  # fmt: skip
