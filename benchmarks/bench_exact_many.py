@@ -149,8 +149,15 @@ def main_formats(args, graph, argv) -> None:
                           f"{r['rows'][0]['wall_s'] / row['wall_s']:.2f}")  # fmt: skip
         console.print(table)
         console.print(f"identical scores, plans, formats and codes: {r['identical_results']}")
-    path = write_json("exact_many_formats", {
-        "benchmark": "exact_many_formats",
+    _finish("exact_many_formats", args, argv, presets, console,
+            "Ray workers gave other results than one process")  # fmt: skip
+
+
+def _finish(name, args, argv, presets, console, failure: str) -> None:
+    """Write benchmarks/results/NAME.json; exit with `failure` unless every preset's results
+    were identical."""
+    path = write_json(name, {
+        "benchmark": name,
         "command": "python benchmarks/bench_exact_many.py "
         + " ".join(sys.argv[1:] if argv is None else argv),
         "model": args.model, "n": args.n, "machine": machine(),
@@ -158,7 +165,7 @@ def main_formats(args, graph, argv) -> None:
     })  # fmt: skip
     console.print(f"wrote {path}")
     if not all(r["identical_results"] for r in presets):
-        raise SystemExit("Ray workers gave other results than one process")
+        raise SystemExit(failure)
 
 
 def main(argv=None) -> None:
@@ -192,16 +199,8 @@ def main(argv=None) -> None:
                           f"{r['rows'][0]['wall_s'] / row['wall_s']:.1f}")  # fmt: skip
         console.print(table)
         console.print(f"identical scores, plans and batches: {r['identical_results']}")
-    path = write_json("exact_many", {
-        "benchmark": "exact_many",
-        "command": "python benchmarks/bench_exact_many.py "
-        + " ".join(sys.argv[1:] if argv is None else argv),
-        "model": args.model, "n": args.n, "machine": machine(),
-        "uptime": os.popen("uptime").read().strip(), "presets": presets,
-    })  # fmt: skip
-    console.print(f"wrote {path}")
-    if not all(r["identical_results"] for r in presets):
-        raise SystemExit("the vectorised search differs from the one-by-one search")
+    _finish("exact_many", args, argv, presets, console,
+            "the vectorised search differs from the one-by-one search")  # fmt: skip
 
 
 if __name__ == "__main__":
