@@ -116,8 +116,9 @@ def optimal_scores(
     Returns (plans: `hj.Plan` with placement int32[K, N] and batch f32[K], scores f64[K]).
     Cost model 2.0: `formats`, `codes`, `delta` and `quality_budget` as in `optimal_score`;
     beyond the defaults (FP16 only, no codes) every platform is `optimal_score`'s search over
-    (device, format, code) per block, and the plans carry `fmt` and `code` int32[K, N]
-    (batches under 8 platforms per worker use fewer workers).
+    (device, format, code) per block, one Ray task per platform (their searches take seconds
+    to minutes, so a free worker takes the next), and the plans carry `fmt` and `code`
+    int32[K, N] (batches under 8 platforms per worker use fewer workers).
     `workers` Ray workers share the platforms (default: the CPUs available; 1 = this process
     only; batches under 400 platforms per worker use fewer), on a local Ray instance started
     for the call, or on the running Ray cluster at `address` ("HOST:PORT" or "auto"; then
