@@ -123,8 +123,8 @@ def main(argv=None) -> dict:
     if args.front_only:
         doc = json.loads(path.read_text())
         doc["pareto"] = front(args.front_model, args.front_preset, args.budget, args.out)
-        write_json(args.out / "formats.json", doc)
-        print("wrote", args.out / "formats.json", args.out / "pareto.png")
+        write_json(path, doc)
+        print("wrote", path, args.out / "pareto.png")
         return doc
     rows = list(old.get("rows", []))
     done = {(r["model"], r["preset"]) for r in rows}

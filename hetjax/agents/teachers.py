@@ -63,7 +63,8 @@ def exact_scores(
     models = np.asarray(models)
     k, n = len(models), setup.graph.n_max
     scores, placement, batch = np.zeros(k), np.zeros((k, n), np.int32), np.zeros(k, np.float32)
-    fmt, code = np.zeros((k, n), np.int32), np.zeros((k, n), np.int32)
+    fmt = np.zeros((k, n), np.int32) if v2 else None
+    code = np.zeros((k, n), np.int32) if v2 else None
     for g in np.unique(models):  # one search per model, over its platforms
         rows = np.flatnonzero(models == g)
         graph = jax.tree.map(lambda x, g=g: x[g], setup.graphs)
@@ -73,10 +74,8 @@ def exact_scores(
         scores[rows], placement[rows], batch[rows] = s, plans.placement, plans.batch
         if v2:
             fmt[rows], code[rows] = plans.fmt, plans.code
-    if not v2:
-        return scores, Plan(jnp.asarray(placement), jnp.asarray(batch))
-    return scores, Plan(jnp.asarray(placement), jnp.asarray(batch), fmt=jnp.asarray(fmt),
-                        code=jnp.asarray(code))  # fmt: skip
+    fmt, code = (None if x is None else jnp.asarray(x) for x in (fmt, code))
+    return scores, Plan(jnp.asarray(placement), jnp.asarray(batch), fmt=fmt, code=code)
 
 
 def make_teacher(setup: Setup, key, n: int | None = None, kind: str | None = None) -> Teacher:

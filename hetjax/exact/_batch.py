@@ -154,9 +154,9 @@ def optimal_scores(
     else:  # interleaved, so every worker gets a share of the hard platforms
         from hetjax.distributed import run_tasks
 
-        parts = [items[j::workers] for j in range(workers)]
-        if v2:  # one task per platform: their searches differ by 10x, and Ray hands the next
-            parts = [[item] for item in items]  # one to whichever worker is free
+        # with formats one task per platform: their searches differ by 10x and more, and Ray
+        # hands the next one to whichever worker is free
+        parts = [[item] for item in items] if v2 else [items[j::workers] for j in range(workers)]
         results = [r for part in run_tasks(part_fn, job, parts, workers=workers,
                                            address=address) for r in part]  # fmt: skip
     results.sort(key=lambda r: r[0])
