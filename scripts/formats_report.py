@@ -4,7 +4,7 @@ Pareto front with and without formats.
 
     PYTHONPATH=. .venv/bin/python scripts/formats_report.py [--models bert-base,gpt2,tinyllama-1.1b]
         [--presets edge,soc,datacenter,host3] [--budget 1.0] [--out docs/results/formats]
-        [--resume]
+        [--time-limit SECONDS] [--resume]
 
 For every (model, preset): `hj.exact.optimal_score` FP16-only and with formats (0, 1, 2) and
 codes (0, 1, 2) within `--budget` accuracy points (default score weights, batches 1..32), the
@@ -16,6 +16,11 @@ Writes OUT/formats.json and OUT/pareto.png (atomically); prints a table. formats
 rewritten after every (model, preset) row, so a killed run loses only the row in flight;
 `--resume` keeps the rows already in OUT/formats.json (at the same budget), adds the missing
 ones in the order asked, and keeps its Pareto fronts unless none were drawn yet.
+
+`--time-limit S` bounds each search with formats (`optimal_score(..., time_limit=S)`): a row
+whose search stopped there has `formats.optimal` false, the best plan found and
+`formats.upper_bound`, a proven upper bound on the optimum's score, with `gap_bound_pct`, the
+most the plan can be below the optimum (%); its baselines' gaps are to the plan found.
 """
 
 from __future__ import annotations
@@ -47,15 +52,18 @@ def _metrics(m) -> dict:
     }
 
 
-def one(model: str, preset: str, budget: float) -> dict:
+def one(model: str, preset: str, budget: float, time_limit: float | None = None) -> dict:
     g, p = hj.graphs.transformer(model), hj.hardware.preset(preset)
     ref = hj.evaluate(g, p, hj.reference_plan(g))
     t0 = time.perf_counter()
     plan16, s16 = hj.exact.optimal_score(g, p)
     t16 = time.perf_counter() - t0
     t0 = time.perf_counter()
-    plan, s = hj.exact.optimal_score(g, p, **FULL, quality_budget=budget)
+    st: dict = {}
+    plan, s = hj.exact.optimal_score(g, p, **FULL, quality_budget=budget, stats=st,
+                                     time_limit=time_limit)  # fmt: skip
     t_fmt = time.perf_counter() - t0
+    upper, found = st["upper_bound"], st["score64"]
     m16, m = hj.evaluate(g, p, plan16), hj.evaluate(g, p, plan)
     fmt = np.asarray(plan.fmt)[np.asarray(g.op_mask)] if plan.fmt is not None else None
     by_fmt = None if fmt is None else np.bincount(fmt, minlength=3).tolist()
@@ -63,7 +71,9 @@ def one(model: str, preset: str, budget: float) -> dict:
         "model": model, "preset": preset, "budget": budget,
         "fp16": {**_metrics(m16), "score": s16, "batch": float(plan16.batch), "search_s": t16},
         "formats": {**_metrics(m), "score": s, "batch": float(plan.batch), "search_s": t_fmt,
-                    "ops_by_format": by_fmt},
+                    "ops_by_format": by_fmt, "optimal": st["optimal"], "time_limit_s": time_limit,
+                    "upper_bound": upper,
+                    "gap_bound_pct": float(100 * (upper - found) / abs(upper))},
         "baselines": {},
     }  # fmt: skip
     for name, strategy in hj.baselines.STRATEGIES.items():
@@ -71,6 +81,14 @@ def one(model: str, preset: str, budget: float) -> dict:
         bs = float(hj.score(hj.evaluate(g, p, bp), ref, quality_budget=budget))
         row["baselines"][name] = {"score": bs, "gap_pct": float(100 * (s - bs) / abs(s))}
     return row
+
+
+def _found(f: dict) -> str:
+    """The score with formats: the optimum's, or the plan found and the bound where the search
+    stopped at its time limit (rows written before the limit existed are optimal)."""
+    if f.get("optimal", True):
+        return f"{f['score']:.3f}"
+    return f"{f['score']:.3f} (<= {f['upper_bound']:.3f})"
 
 
 def front(model: str, preset: str, budget: float, out: Path) -> dict:
@@ -113,7 +131,16 @@ def main(argv=None) -> dict:
                     help="keep OUT/formats.json's rows, (re)draw the Pareto fronts")  # fmt: skip
     ap.add_argument("--resume", action="store_true",
                     help="keep OUT/formats.json's rows and fronts, add the rest")  # fmt: skip
+    ap.add_argument(
+        "--time-limit",
+        type=float,
+        default=None,
+        help="seconds per search with formats (default: none, every row exact)",
+    )
     args = ap.parse_args(argv)
+    if args.time_limit is not None and not args.time_limit > 0:
+        print(f"error: --time-limit {args.time_limit}: must be seconds > 0", file=sys.stderr)
+        sys.exit(2)
     path = args.out / "formats.json"
     old = json.loads(path.read_text()) if args.resume and path.exists() else {}
     if old and old.get("budget") != args.budget:
@@ -135,10 +162,10 @@ def main(argv=None) -> dict:
         for preset in args.presets.split(","):
             if (model, preset) in done:
                 continue
-            rows.append(one(model, preset, args.budget))
+            rows.append(one(model, preset, args.budget, args.time_limit))
             r = rows[-1]
             print(f"{model} {preset}: fp16 {r['fp16']['score']:.4f} ({r['fp16']['search_s']:.1f} "
-                  f"s), formats {r['formats']['score']:.4f} ({r['formats']['search_s']:.1f} s)",
+                  f"s), formats {_found(r['formats'])} ({r['formats']['search_s']:.1f} s)",
                   flush=True)  # fmt: skip
             write_json(path, doc)  # after every row: the searches take minutes each
     if "pareto" not in doc:  # the fronts take longer
@@ -151,7 +178,7 @@ def main(argv=None) -> dict:
     for r in rows:
         best = min(r["baselines"].items(), key=lambda kv: kv[1]["gap_pct"])
         t.add_row(r["model"], r["preset"], f"{r['fp16']['score']:.3f}",
-                  f"{r['formats']['score']:.3f}",
+                  _found(r["formats"]),
                   f"{r['fp16']['latency_s'] * 1e3:.2f} -> {r['formats']['latency_s'] * 1e3:.2f}",
                   f"{r['formats']['quality_loss']:.2f}", f"{best[0]} {best[1]['gap_pct']:.1f}",
                   f"{r['fp16']['search_s']:.1f} / {r['formats']['search_s']:.1f}")  # fmt: skip

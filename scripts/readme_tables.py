@@ -314,7 +314,9 @@ def formats() -> tuple[Row, list[Row]]:
         best = min(r["baselines"].items(), key=lambda kv: kv[1]["gap_pct"])
         rows.append([
             r["model"], r["preset"],
-            f"{f_fixed(a['score'], 3)} -> {f_fixed(b['score'], 3)}",
+            f"{f_fixed(a['score'], 3)} -> {f_fixed(b['score'], 3)}" + (
+                "" if b.get("optimal", True)  # a search stopped at its time limit: the bound
+                else f" (optimum <= {f_fixed(b['upper_bound'], 3)})"),
             f"{f_fixed(a['latency_s'] * 1e3, 2)} -> {f_fixed(b['latency_s'] * 1e3, 2)}",
             f_fixed(b["quality_loss"], 2),
             f"{best[0]} ({f_fixed(best[1]['gap_pct'], 1)})",

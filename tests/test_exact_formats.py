@@ -176,3 +176,68 @@ def test_zero_idle_power_with_a_blocked_code_keeps_the_tables_finite_or_inf():
     assert not np.isnan(tab.e_xfer).any()
     bnd = state_bounds(tab)
     assert not np.isnan(bnd.e).any() and not np.isnan(bnd.t).any()
+
+
+@settings(max_examples=4, **SETTINGS)
+@given(st.integers(0, 2**31 - 1), st.sampled_from([np.inf, 1.0, 0.4]), st.sampled_from([0.0, 0.3]))
+def test_a_search_stopped_at_any_block_bounds_the_optimum(seed, budget, delta):
+    """`label_search` stopped at its deadline before block k (k = 1 .. M-1; a counting clock
+    makes the stop exact): its `bound` is at least the best score at that batch of every
+    (device, format, code) assignment, with the incumbent below the optimum (the chord bound
+    on) and with none; run to the end it finds that score."""
+    from hetjax.exact import _formats
+    from hetjax.exact._chain import ChainProblem
+
+    rng = np.random.default_rng(seed)
+    g, p = _chain(rng), _platform(rng)
+    ref = hj.evaluate(g, p, hj.reference_plan(g))
+    s = np.asarray(hj.score(_enumerate(g, p), ref, delta=delta, quality_budget=budget))
+    fp = _formats.FormatProblem(ChainProblem.create(g, p), (0, 1, 2), (0, 1, 2), delta, budget)
+    k = s.size // len(BATCHES)
+    real = _formats.perf_counter
+    try:
+        for i, b in enumerate(BATCHES):
+            best = float(s[i * k : (i + 1) * k].max())
+            if not np.isfinite(best):
+                continue
+            tol = 1e-5 * max(1.0, abs(best))
+            tab = fp.tables(b)
+            for inc in (best - 0.05 * abs(best), -np.inf):
+                full = _formats.label_search(fp, tab, "score", incumbent=inc)
+                assert full.complete
+                got = fp.score_of(b, full.t, full.bottleneck, full.e, full.q)
+                assert abs(float(np.max(got)) - best) <= tol
+                for stop in range(1, M_BLOCKS):
+                    clock = iter(range(100))  # the search reads it once per block from block 1
+                    _formats.perf_counter = lambda c=clock: float(next(c))
+                    part = _formats.label_search(fp, tab, "score", incumbent=inc,
+                                                 deadline=stop - 1.5)  # fmt: skip
+                    _formats.perf_counter = real
+                    assert not part.complete and len(part.levels) == stop
+                    assert part.t.size == 0 and part.bound >= best - tol, (stop, part.bound)
+    finally:
+        _formats.perf_counter = real
+
+
+def test_time_limit_returns_the_best_plan_found_and_a_bound_on_the_optimum():
+    g = hj.graphs.transformer("bert-tiny", seq_len=32)
+    p = hj.hardware.preset("edge")
+    kw = dict(formats=(0, 1, 2), codes=(0, 1, 2), quality_budget=0.5)
+    exact_stats, cut = {}, {}
+    _, value = hj.exact.optimal_score(g, p, BATCHES, **kw, stats=exact_stats)
+    assert exact_stats["optimal"] and exact_stats["upper_bound"] == exact_stats["score64"]
+    plan, found = hj.exact.optimal_score(g, p, BATCHES, **kw, stats=cut, time_limit=1e-9)
+    assert found <= value + 1e-6 and float(hj.evaluate(g, p, plan).quality_loss) <= 0.5
+    assert cut["upper_bound"] >= exact_stats["score64"] - 1e-12
+    assert cut["optimal"] == (cut["upper_bound"] <= cut["score64"])
+    v1 = {}
+    hj.exact.optimal_score(g, p, BATCHES, stats=v1, time_limit=1e-9)  # version 1: not limited
+    assert v1["optimal"] and v1["upper_bound"] == v1["score64"]
+
+
+@pytest.mark.parametrize("limit", [0.0, -1.0, float("nan"), "soon"])
+def test_bad_time_limit_is_refused(limit):
+    g = hj.graphs.transformer("bert-tiny", seq_len=32)
+    with pytest.raises(hj.PlanError, match="time_limit"):
+        hj.exact.optimal_score(g, hj.hardware.preset("edge"), BATCHES, formats=(0, 1),
+                               time_limit=limit)  # fmt: skip

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from time import perf_counter
 
 import numpy as np
 
@@ -446,6 +447,10 @@ class StateResult:
     e: np.ndarray
     q: np.ndarray
     labels_per_block: list[int] = dataclasses.field(default_factory=list)
+    # a search stopped at its deadline ("score" mode): complete is False and bound is an upper
+    # bound on the score of every plan at this batch that can beat the incumbent it was given
+    complete: bool = True
+    bound: float = -np.inf
 
     def placements(self, idx) -> np.ndarray:
         idx = np.asarray(idx, np.int64)
@@ -463,10 +468,16 @@ def label_search(
     incumbent: float = -np.inf,
     front: np.ndarray | None = None,
     t_bound: float = np.inf,
+    deadline: float | None = None,
 ) -> StateResult:
     """Labels over (block, state) at one batch; modes as `_search.label_search` ("score",
     "pareto", "latency"). Labels carry latency, energy, quality, busy per device and link,
-    and memory where it can bind; labels over the quality budget are dropped."""
+    and memory where it can bind; labels over the quality budget are dropped.
+
+    `deadline` (a `perf_counter()` value; "score" mode): past it, the search stops before
+    its next block and returns no plan, `complete` False and `bound` the largest upper bound
+    of the labels it kept (every completion of a pruned label is bounded by a kept label's, or
+    cannot beat `incumbent`)."""
     m, d = tab.m, tab.d
     b = tab.batch
     bnd = state_bounds(tab, fp.quality_budget)
@@ -485,7 +496,11 @@ def label_search(
     mem_a = np.zeros((1, bind.size))
     levels: list[_Level] = []
     counts: list[int] = []
+    level_bound = np.inf  # before block 0: no bound of this search's own
     for j in range(m):
+        if deadline is not None and j and perf_counter() > deadline:
+            empty = np.zeros(0)
+            return StateResult(levels, empty, empty, empty, empty, counts, False, level_bound)
         parts = []
         n = t.shape[0]
         rows = np.arange(n)
@@ -533,6 +548,8 @@ def label_search(
                     at = np.flatnonzero(keep)
                     sub = lin.bound(j, last[at], t[at], res[at, :d], e[at], q[at])
                     keep[at[sub < incumbent]] = False
+                    # (the chord bounds only completions that can beat the incumbent)
+                    ub[at] = np.minimum(ub[at], np.maximum(sub, incumbent))
             else:
                 x_ub = np.where(b_lb > 0, b / np.where(b_lb > 0, b_lb, 1.0), np.inf)
                 keep &= ~_front_dominates(front, t_lb, x_ub, e_lb)
@@ -556,6 +573,8 @@ def label_search(
             gone = _dominated(keys[order], res[idx], delta, b_lb[idx])
             kept.append(idx[~gone])
         sel = np.concatenate(kept) if kept else np.zeros(0, np.int64)
+        if mode == "score":
+            level_bound = float(np.max(ub[sel])) if sel.size else -np.inf
         last, parent, res, t, e, q = last[sel], parent[sel], res[sel], t[sel], e[sel], q[sel]
         mem_p, mem_a = mem_p[sel], mem_a[sel]
         levels.append(_Level(last=last, parent=parent))
@@ -643,9 +662,22 @@ def _batches_in_bound_order(fp: FormatProblem, tabs):
     return roots, np.argsort(roots)[::-1]
 
 
-def solve_score(fp: FormatProblem, batches, stats: dict | None = None, placements=()):
+def solve_score(
+    fp: FormatProblem,
+    batches,
+    stats: dict | None = None,
+    placements=(),
+    deadline: float | None = None,
+):
     """The exact score optimum: (state placement int[M], batch, score) or (None, 0, -inf).
-    `placements`: block placements (local devices int[M]) to seed the incumbent from."""
+    `placements`: block placements (local devices int[M]) to seed the incumbent from.
+
+    `deadline` (a `perf_counter()` value): the label searches stop there and the best
+    plan found so far is returned; `stats["optimal"]` then says whether every batch was
+    searched to the end and `stats["upper_bound"]` bounds the optimum's score (float64, the
+    search's score: the largest of the best score found and the bounds of the searches
+    stopped part way; a batch reached after the deadline is searched over its first block
+    only)."""
     tabs = [fp.tables(b) for b in dict.fromkeys(batches)]
     best, best_b, best_s = None, 0.0, -np.inf
     for tab in tabs:  # incumbent: the best seed, improved by local search
@@ -656,20 +688,31 @@ def solve_score(fp: FormatProblem, batches, stats: dict | None = None, placement
             best, best_b, best_s = sp, tab.batch, val
     roots, order = _batches_in_bound_order(fp, tabs)
     per_batch = {}
+    open_bounds = []  # upper bounds of the batches whose search did not finish
     for k in order:
         tab = tabs[k]
         if roots[k] < best_s:
             per_batch[tab.batch] = {"skipped": True, "root_bound": roots[k]}
             continue
-        res = label_search(fp, tab, "score", incumbent=best_s)
-        per_batch[tab.batch] = {"skipped": False, "labels_per_block": res.labels_per_block}
+        # past the deadline a batch still gets its first block's labels: their bounds (the
+        # chord's among them) are much tighter than the root bound
+        late = deadline is not None and perf_counter() > deadline
+        res = label_search(fp, tab, "score", incumbent=best_s,
+                           deadline=-np.inf if late else deadline)  # fmt: skip
+        per_batch[tab.batch] = {"skipped": False, "labels_per_block": res.labels_per_block,
+                                "complete": res.complete}  # fmt: skip
+        if not res.complete:
+            per_batch[tab.batch]["bound"] = res.bound
+            open_bounds.append(res.bound)
         if res.t.size:
             s = fp.score_of(tab.batch, res.t, res.bottleneck, res.e, res.q)
             i = int(np.argmax(s))
             if s[i] > best_s:
                 best, best_b, best_s = res.placements([i])[0], tab.batch, float(s[i])
     if stats is not None:
-        stats.update(per_batch=per_batch, score64=best_s)
+        upper = max([best_s, *open_bounds])
+        stats.update(per_batch=per_batch, score64=best_s, optimal=bool(upper <= best_s),
+                     upper_bound=float(upper))  # fmt: skip
     return best, best_b, best_s
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 
 import jax
@@ -201,6 +202,7 @@ def optimal_score(
     codes=(0,),
     delta: float = 0.0,
     quality_budget: float = float("inf"),
+    time_limit: float | None = None,
 ) -> tuple[Plan, float]:
     """The exact SPEC-score optimum of a chain over block placements and the batch set.
 
@@ -214,9 +216,25 @@ def optimal_score(
     budget. Returns (plan, score): `score` is `hj.score` of `hj.evaluate(plan)` (with the same
     delta and budget). Pass a dict as `stats` to receive search statistics (labels per block,
     seconds per batch).
+
+    `time_limit` (s, default None: no limit) bounds the search with formats or codes, which
+    can take minutes to hours on long models and three or more devices: past it the search
+    stops and returns the best plan found so far, and `stats["optimal"]` (False where it
+    stopped early) and `stats["upper_bound"]` (an upper bound on the optimum's score, float64
+    in the search's own arithmetic, as `stats["score64"]` for the plan returned) say how far
+    from the optimum that plan can be. The version-1 search (FP16 only, no codes) always runs
+    to the end (`stats["optimal"]` True).
     """
     t0 = time.perf_counter()
     _check_b_ref("optimal_score", b_ref)
+    if time_limit is not None:
+        try:
+            limit = float(time_limit)
+        except (TypeError, ValueError):
+            limit = math.nan
+        if not limit > 0:  # also NaN; +inf is no limit
+            raise PlanError(f"optimal_score: time_limit = {time_limit!r}: must be seconds > 0")
+        time_limit = limit
     problem = ChainProblem.create(graph, platform, weights, b_ref)
     batches = check_batches(batches)
     fp = _format_problem(problem, formats, codes, delta, quality_budget, "optimal_score")
@@ -227,7 +245,9 @@ def optimal_score(
         optimal_score(graph, platform, batches, weights, b_ref=b_ref, stats=seed_stats)
         local = {int(d): i for i, d in enumerate(problem.devices)}
         fp16 = [local[int(d)] for d in seed_stats["block_placement"]]
-        sp, batch, _ = _formats.solve_score(fp, batches, info, placements=(fp16,))
+        deadline = None if time_limit is None or math.isinf(time_limit) else t0 + time_limit
+        sp, batch, _ = _formats.solve_score(fp, batches, info, placements=(fp16,),
+                                            deadline=deadline)  # fmt: skip
         if sp is None:
             raise PlanError(
                 f"batches = {batches}: no block placement fits the devices' memory and the "
@@ -279,6 +299,8 @@ def optimal_score(
             batch=inc.batch,
             block_placement=expand(problem, inc.bp)[: problem.n_blocks].tolist(),
             per_batch=per_batch,
+            optimal=True,
+            upper_bound=inc.score,
         )
     return plan, value
 
