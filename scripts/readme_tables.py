@@ -5,7 +5,8 @@
     PYTHONPATH=. .venv/bin/python scripts/readme_tables.py --check   # exit 1 if a page differs
 
 Each table in README.md (and the few that a docs page shows in full: `PAGES`) follows a marker
-line `<!-- table: NAME -->`; NAME is a key of `TABLES`, each shown once. The sources are files that scripts and commands write:
+line `<!-- table: NAME -->`; NAME is a key of `TABLES`, each shown once. The sources are
+files that scripts and commands write:
 benchmarks/results/*.json (the benchmarks), docs/results/demo/report.json (`make demo`'s
 runs/demo/report.json), docs/results/compare/PRESET/compare.json (`hetjax compare --out`),
 docs/results/onnx_exact.json (`scripts/onnx_exact.py --out`),
@@ -429,6 +430,7 @@ def main(argv: list[str] | None = None) -> int:
         names = ", ".join(p.name for p in differ)
         print(f"{names}: tables differ from the result files; run with --write", file=sys.stderr)
     return int(bool(differ)) if args.check else 0
+
 
 if __name__ == "__main__":
     sys.exit(main())

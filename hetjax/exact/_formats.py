@@ -474,10 +474,11 @@ def label_search(
     "pareto", "latency"). Labels carry latency, energy, quality, busy per device and link,
     and memory where it can bind; labels over the quality budget are dropped.
 
-    `deadline` (a `perf_counter()` value; "score" mode): past it, the search stops before
-    its next block and returns no plan, `complete` False and `bound` the largest upper bound
-    of the labels it kept (every completion of a pruned label is bounded by a kept label's, or
-    cannot beat `incumbent`)."""
+    `deadline` (a `perf_counter()` value; "score" mode): past it, the search stops (before
+    its next block, or before the next group's dominance test within a block) and returns no
+    plan, `complete` False and `bound` the largest upper bound of the labels the last finished
+    block kept (every completion of a pruned label is bounded by a kept label's, or cannot beat
+    `incumbent`)."""
     m, d = tab.m, tab.d
     b = tab.batch
     bnd = state_bounds(tab, fp.quality_budget)
@@ -560,6 +561,9 @@ def label_search(
         # not on that block's format, whose costs the label already carries.
         group = tab.dev[last] * NUM_CODES + tab.code[last]
         for grp in np.unique(group[idx_all]):
+            if deadline is not None and j and perf_counter() > deadline:  # mid-block: the
+                empty = np.zeros(0)  # bound of the block before still holds
+                return StateResult(levels, empty, empty, empty, empty, counts, False, level_bound)
             idx = idx_all[group[idx_all] == grp]
             cols = [t[idx]] if mode == "latency" else [t[idx], e[idx]]
             if quality_matters:  # (no budget and no price: quality decides nothing)
