@@ -13,13 +13,16 @@ def report(monkeypatch):
     module = load_script("scripts/formats_report.py")
     calls = []
 
-    def one(model, preset, budget):
+    def one(model, preset, budget, time_limit=None):
         calls.append((model, preset))
         if preset == "boom":  # a run killed during this row
             raise KeyboardInterrupt
         m = {"score": 1.0, "latency_s": 1e-3, "quality_loss": 0.5, "search_s": 0.1}
+        f = dict(m)
+        if time_limit is not None:  # a search stopped at its limit: the plan found and a bound
+            f.update(optimal=False, upper_bound=1.25, gap_bound_pct=20.0, time_limit_s=time_limit)
         return {"model": model, "preset": preset, "budget": budget, "fp16": m,
-                "formats": m, "baselines": {"cem": {"score": 0.9, "gap_pct": 10.0}}}  # fmt: skip
+                "formats": f, "baselines": {"cem": {"score": 0.9, "gap_pct": 10.0}}}  # fmt: skip
 
     monkeypatch.setattr(module, "one", one)
     monkeypatch.setattr(module, "front", lambda *a: {"drawn": len(calls)})
@@ -55,3 +58,19 @@ def test_a_killed_run_keeps_its_rows_and_resume_adds_only_the_missing(report, tm
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--budget 2" in err
     assert (tmp_path / "formats.json").read_bytes() == before
+
+
+def test_time_limit_rows_print_their_bound_and_a_bad_limit_is_refused(report, tmp_path, capsys):
+    module, calls = report
+    doc = module.main(["--models", "m1", "--presets", "edge", "--out", str(tmp_path),
+                       "--time-limit", "30"])  # fmt: skip
+    assert doc["rows"][0]["formats"]["time_limit_s"] == 30.0
+    assert "1.000 (<= 1.250)" in capsys.readouterr().out  # the plan found, then the bound
+    for bad in ("0", "-5", "nan"):  # one line, exit 2, before any row
+        calls.clear()
+        with pytest.raises(SystemExit) as exc:
+            module.main(["--out", str(tmp_path / bad), "--time-limit", bad])
+        assert exc.value.code == 2 and calls == []
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"--time-limit {float(bad)}" in err
+        assert not (tmp_path / bad).exists()
