@@ -498,10 +498,18 @@ def label_search(
     levels: list[_Level] = []
     counts: list[int] = []
     level_bound = np.inf  # before block 0: no bound of this search's own
+
+    def no_plan(complete: bool = True) -> StateResult:
+        empty = np.zeros(0)
+        bound = -np.inf if complete else level_bound
+        return StateResult(levels, empty, empty, empty, empty, counts, complete, bound)
+
+    def past(j: int) -> bool:  # the deadline, read from block 1 on
+        return deadline is not None and j > 0 and perf_counter() > deadline
+
     for j in range(m):
-        if deadline is not None and j and perf_counter() > deadline:
-            empty = np.zeros(0)
-            return StateResult(levels, empty, empty, empty, empty, counts, False, level_bound)
+        if past(j):
+            return no_plan(complete=False)
         parts = []
         n = t.shape[0]
         rows = np.arange(n)
@@ -561,9 +569,8 @@ def label_search(
         # not on that block's format, whose costs the label already carries.
         group = tab.dev[last] * NUM_CODES + tab.code[last]
         for grp in np.unique(group[idx_all]):
-            if deadline is not None and j and perf_counter() > deadline:  # mid-block: the
-                empty = np.zeros(0)  # bound of the block before still holds
-                return StateResult(levels, empty, empty, empty, empty, counts, False, level_bound)
+            if past(j):  # mid-block: the bound of the block before still holds
+                return no_plan(complete=False)
             idx = idx_all[group[idx_all] == grp]
             cols = [t[idx]] if mode == "latency" else [t[idx], e[idx]]
             if quality_matters:  # (no budget and no price: quality decides nothing)
@@ -586,8 +593,7 @@ def label_search(
         if sel.size == 0:
             break
     if len(levels) < m or t.size == 0:
-        empty = np.zeros(0)
-        return StateResult(levels, empty, empty, empty, empty, counts)
+        return no_plan()
     bott = res.max(1) if n_res else np.zeros(t.size)
     return StateResult(levels, t, bott, e, q, counts)
 
