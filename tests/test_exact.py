@@ -176,6 +176,45 @@ def test_score_matches_enumeration(case):
     assert abs(s - case.enum.score) <= RTOL * max(1.0, abs(case.enum.score))
 
 
+def test_a_stopped_search_offers_nothing_and_the_rest_is_unchanged(case):
+    """The version-1 score search with `stop` (what a time limit's seed search passes): stopped
+    at each of its readings in turn it returns no plan and offers the incumbent nothing;
+    never stopped it returns what the search without `stop` returns."""
+    from hetjax.exact._search import Incumbent
+    from hetjax.exact._solvers import search_score
+
+    for b in BATCHES:
+        tab = case.problem.tables(b)
+        full = search_score(case.problem, tab, Incumbent())
+        same = search_score(case.problem, tab, Incumbent(), stop=lambda: False)
+        assert same.labels_per_block == full.labels_per_block
+        np.testing.assert_array_equal(same.t, full.t)
+        for stop_at in range(1, 200):
+            reads = iter(range(1, 10**6))
+            inc = Incumbent()
+            part = search_score(case.problem, tab, inc,
+                                stop=lambda r=reads, k=stop_at: next(r) >= k)  # fmt: skip
+            if next(reads) <= stop_at:  # fewer readings than that: it ran to the end
+                assert part.labels_per_block == full.labels_per_block
+                break
+            assert part.t.size == 0 and inc.bp is None  # stopped: no plan, nothing offered
+            assert len(part.levels) < tab.m
+
+
+def test_dominance_test_stops_between_chunks_and_equals_the_unstopped_one():
+    from hetjax.exact._search import _dominated
+
+    rng = np.random.default_rng(3)
+    keys = np.sort(rng.random((50, 2)), axis=0)
+    res, delta, floor = rng.random((50, 3)), np.zeros(3), np.zeros(50)
+    whole = _dominated(keys, res, delta, floor)
+    np.testing.assert_array_equal(_dominated(keys, res, delta, floor, 8, lambda: False), whole)
+    calls = []
+    assert _dominated(keys, res, delta, floor, 8, lambda: calls.append(1) or True) is None
+    assert len(calls) == 1  # read before the second chunk, not the first
+    assert _dominated(keys[:8], res[:8], delta, floor[:8], 8, lambda: True) is not None
+
+
 @pytest.mark.x64
 def test_latency_matches_enumeration(case):
     g, p = case.graph, case.platform

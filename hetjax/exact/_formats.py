@@ -40,6 +40,10 @@ from hetjax.graphs.core import EMBED, MATMUL
 
 __all__ = ["FormatProblem", "StateTables"]
 
+# labels per step of a dominance test (`_search._dominated`'s chunk); a search with a deadline
+# reads the clock between steps
+DOMINANCE_CHUNK = 256
+
 
 @dataclass(frozen=True)
 class StateTables:
@@ -475,7 +479,8 @@ def label_search(
     and memory where it can bind; labels over the quality budget are dropped.
 
     `deadline` (a `perf_counter()` value; "score" mode): past it, the search stops (before
-    its next block, or before the next group's dominance test within a block) and returns no
+    its next block, or within a block before the next group's dominance test or the next
+    `DOMINANCE_CHUNK` labels of one; a group can hold 10^5 labels) and returns no
     plan, `complete` False and `bound` the largest upper bound of the labels the last finished
     block kept (every completion of a pruned label is bounded by a kept label's, or cannot beat
     `incumbent`)."""
@@ -581,7 +586,10 @@ def label_search(
             order = np.lexsort(keys.T[::-1])
             idx = idx[order]
             delta = bnd.delta[j] if n_res else np.zeros(0)
-            gone = _dominated(keys[order], res[idx], delta, b_lb[idx])
+            gone = _dominated(keys[order], res[idx], delta, b_lb[idx], DOMINANCE_CHUNK,
+                              None if deadline is None else lambda j=j: past(j))  # fmt: skip
+            if gone is None:  # the deadline, within the group's dominance test
+                return no_plan(complete=False)
             kept.append(idx[~gone])
         sel = np.concatenate(kept) if kept else np.zeros(0, np.int64)
         if mode == "score":

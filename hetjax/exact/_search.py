@@ -363,8 +363,10 @@ def _waterfill(busy: np.ndarray, work: float) -> np.ndarray:
     return np.min((work + np.cumsum(s, axis=1)) / k, axis=1)
 
 
-def _dominated(keys, res, delta, floor, chunk: int = 256) -> np.ndarray:
-    """Mask of labels dominated by an earlier label (keys sorted ascending by column 0).
+def _dominated(keys, res, delta, floor, chunk: int = 256, stop=None) -> np.ndarray | None:
+    """Mask of labels dominated by an earlier label (keys sorted ascending by column 0), or
+    None when `stop` (a callable, read before each chunk of `chunk` labels after the first)
+    returns True: a search past its deadline abandons the test.
 
     keys f64[L, K] (latency, energy, memory), res f64[L, R] (resources), delta f64[R] (the
     most the remaining blocks can add to each resource), floor f64[L] (a lower bound on each
@@ -387,6 +389,8 @@ def _dominated(keys, res, delta, floor, chunk: int = 256) -> np.ndarray:
     reach_t = res_t + delta[:, None]
     kept = np.zeros(0, np.int64)
     for lo in range(0, n, chunk):
+        if lo and stop is not None and stop():
+            return None
         hi = min(n, lo + chunk)
         i = np.arange(lo, hi)
         j = np.concatenate([kept, i])
@@ -427,8 +431,13 @@ def label_search(
     incumbent: Incumbent | None = None,
     front: np.ndarray | None = None,
     t_bound: float = np.inf,
+    stop=None,
 ) -> SearchResult:
     """Labels over the chain at one batch.
+
+    `stop` (a callable; None: never): read before each block after the first, each group's
+    dominance test and each chunk of one; when it returns True the search ends with no
+    complete label (the incumbent keeps what it was offered).
 
     mode "score": drop labels whose optimistic score is below `incumbent.score`;
     mode "pareto": drop labels whose optimistic (T, X, E) is weakly dominated by a point of
@@ -453,7 +462,11 @@ def label_search(
     mem_a = np.zeros((1, bind.size))
     levels: list[_Level] = []
     counts: list[int] = []
+    stopped = False
     for j in range(m):
+        if j and stop is not None and stop():
+            stopped = True
+            break
         parts = []
         n = t.shape[0]
         rows = np.arange(n)
@@ -515,8 +528,14 @@ def label_search(
             order = np.lexsort(keys.T[::-1])
             idx = idx[order]
             delta = bnd.delta[j] if n_res else np.zeros(0)
-            gone = _dominated(keys[order], res[idx], delta, b_lb[idx])
+            gone = None if stop is not None and stop() else _dominated(
+                keys[order], res[idx], delta, b_lb[idx], stop=stop)  # fmt: skip
+            if gone is None:
+                stopped = True
+                break
             kept.append(idx[~gone])
+        if stopped:
+            break
         sel = np.concatenate(kept) if kept else np.zeros(0, np.int64)
         last, parent, res, t, e = last[sel], parent[sel], res[sel], t[sel], e[sel]
         mem_p, mem_a = mem_p[sel], mem_a[sel]
@@ -524,7 +543,7 @@ def label_search(
         counts.append(int(sel.size))
         if sel.size == 0:
             break
-    if len(levels) < m or t.size == 0:
+    if stopped or len(levels) < m or t.size == 0:
         empty = np.zeros(0)
         return SearchResult(levels=levels, t=empty, bottleneck=empty, e=empty,
                             labels_per_block=counts)  # fmt: skip

@@ -58,9 +58,10 @@ def seed_incumbent(problem: ChainProblem, tab: Tables, inc: Incumbent) -> None:
     inc.offer(s_best, bp, tab.batch)
 
 
-def search_score(problem: ChainProblem, tab: Tables, inc: Incumbent) -> SearchResult:
-    """The exact score search at `tab.batch` against `inc`; offers `inc` its best plan."""
-    res = label_search(problem, tab, "score", incumbent=inc)
+def search_score(problem: ChainProblem, tab: Tables, inc: Incumbent, stop=None) -> SearchResult:
+    """The exact score search at `tab.batch` against `inc`; offers `inc` its best plan
+    (`stop`: `label_search`'s)."""
+    res = label_search(problem, tab, "score", incumbent=inc, stop=stop)
     if res.t.size:
         s = problem.score_of(tab.batch, res.t, res.bottleneck, res.e)
         i = int(np.argmax(s))
@@ -222,8 +223,10 @@ def optimal_score(
     stops and returns the best plan found so far, and `stats["optimal"]` (False where it
     stopped early) and `stats["upper_bound"]` (an upper bound on the optimum's score, float64
     in the search's own arithmetic, as `stats["score64"]` for the plan returned) say how far
-    from the optimum that plan can be. The version-1 search (FP16 only, no codes) always runs
-    to the end (`stats["optimal"]` True).
+    from the optimum that plan can be. The search with formats starts from the FP16 optimum's
+    devices; under a limit, from the best FP16 plan its search finds in the first half of it.
+    The version-1 search (FP16 only, no codes) always runs to the end (`stats["optimal"]`
+    True).
     """
     t0 = time.perf_counter()
     _check_b_ref("optimal_score", b_ref)
@@ -240,12 +243,17 @@ def optimal_score(
     fp = _format_problem(problem, formats, codes, delta, quality_budget, "optimal_score")
     if fp is not None:
         info: dict = {}
-        # the FP16 optimum's devices seed the incumbent (its formats and codes priced in)
-        seed_stats: dict = {}
-        optimal_score(graph, platform, batches, weights, b_ref=b_ref, stats=seed_stats)
-        local = {int(d): i for i, d in enumerate(problem.devices)}
-        fp16 = [local[int(d)] for d in seed_stats["block_placement"]]
+        # the FP16 optimum's devices seed the incumbent (its formats and codes priced in);
+        # under a time limit, the best FP16 plan its search finds in the first half of it
         deadline = None if time_limit is None or math.isinf(time_limit) else t0 + time_limit
+        half = None if deadline is None else t0 + time_limit / 2
+        inc, _, _, _ = _search_v1(problem, batches, half)
+        if inc.bp is None:
+            raise PlanError(
+                f"batches = {batches}: no block placement fits the devices' memory at any of them"
+            )
+        local = {int(d): i for i, d in enumerate(problem.devices)}
+        fp16 = [local[int(d)] for d in expand(problem, inc.bp)[: problem.n_blocks]]
         sp, batch, _ = _formats.solve_score(fp, batches, info, placements=(fp16,),
                                             deadline=deadline)  # fmt: skip
         if sp is None:
@@ -262,27 +270,8 @@ def optimal_score(
         if stats is not None:
             stats.update(info, seconds=time.perf_counter() - t0, batch=batch)
         return plan, value
-    tabs = [problem.tables(b) for b in dict.fromkeys(batches)]
-    inc = Incumbent()
-    for tab in tabs:
-        seed_incumbent(problem, tab, inc)
-    seed_score = inc.score
-    t_seed = time.perf_counter() - t0
-    roots = [root_bound(problem, tab, bounds(tab)) for tab in tabs]
-    per_batch = {}
-    for k in np.argsort(roots)[::-1]:
-        tab = tabs[k]
-        t1 = time.perf_counter()
-        if roots[k] < inc.score:
-            per_batch[tab.batch] = {"skipped": True, "root_bound": roots[k]}
-            continue
-        res = search_score(problem, tab, inc)
-        per_batch[tab.batch] = {
-            "skipped": False,
-            "root_bound": roots[k],
-            "labels_per_block": res.labels_per_block,
-            "seconds": time.perf_counter() - t1,
-        }
+    inc, per_batch, seed_score, t_seed = _search_v1(problem, batches)
+    t_seed -= t0
     if inc.bp is None:
         raise PlanError(
             f"batches = {batches}: no block placement fits the devices' memory at any of them"
@@ -303,6 +292,37 @@ def optimal_score(
             upper_bound=inc.score,
         )
     return plan, value
+
+
+def _search_v1(problem: ChainProblem, batches, deadline: float | None = None):
+    """The version-1 score search over `batches`: (incumbent, per-batch stats, the seeds'
+    score, the `perf_counter()` reading after seeding). `deadline` (a `perf_counter()` value;
+    None: none): the searches stop there and the incumbent holds the best plan found."""
+    tabs = [problem.tables(b) for b in dict.fromkeys(batches)]
+    inc = Incumbent()
+    for tab in tabs:
+        seed_incumbent(problem, tab, inc)
+    seed_score = inc.score
+    t_seed = time.perf_counter()
+    stop = None if deadline is None else lambda: time.perf_counter() > deadline
+    roots = [root_bound(problem, tab, bounds(tab)) for tab in tabs]
+    per_batch = {}
+    for k in np.argsort(roots)[::-1]:
+        tab = tabs[k]
+        t1 = time.perf_counter()
+        if roots[k] < inc.score:
+            per_batch[tab.batch] = {"skipped": True, "root_bound": roots[k]}
+            continue
+        if stop is not None and stop():
+            break
+        res = search_score(problem, tab, inc, stop)
+        per_batch[tab.batch] = {
+            "skipped": False,
+            "root_bound": roots[k],
+            "labels_per_block": res.labels_per_block,
+            "seconds": time.perf_counter() - t1,
+        }
+    return inc, per_batch, seed_score, t_seed
 
 
 def _pareto_mask(points: np.ndarray, rtol: float = 1e-9, chunk: int = 512) -> np.ndarray:
