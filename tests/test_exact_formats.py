@@ -182,9 +182,9 @@ def test_zero_idle_power_with_a_blocked_code_keeps_the_tables_finite_or_inf():
 @given(st.integers(0, 2**31 - 1), st.sampled_from([np.inf, 1.0, 0.4]), st.sampled_from([0.0, 0.3]))
 def test_a_search_stopped_at_any_block_bounds_the_optimum(seed, budget, delta):
     """`label_search` stopped at its deadline at each of its clock readings in turn (before a
-    block and within one; a counting clock makes the stop exact): its `bound` is at least the
-    best score at that batch of every
-    (device, format, code) assignment, with the incumbent below the optimum (the chord bound
+    block, within one and within a dominance test; a counting clock makes the stop exact):
+    its `bound` is at least the best score at that batch of every (device, format, code)
+    assignment, with the incumbent below the optimum (the chord bound
     on) and with none; run to the end it finds that score."""
     from hetjax.exact import _formats
     from hetjax.exact._chain import ChainProblem
@@ -196,6 +196,7 @@ def test_a_search_stopped_at_any_block_bounds_the_optimum(seed, budget, delta):
     fp = _formats.FormatProblem(ChainProblem.create(g, p), (0, 1, 2), (0, 1, 2), delta, budget)
     k = s.size // len(BATCHES)
     real = _formats.perf_counter
+    _formats.DOMINANCE_CHUNK = 2  # (256) so that the clock is also read within a dominance test
     try:
         for i, b in enumerate(BATCHES):
             best = float(s[i * k : (i + 1) * k].max())
@@ -222,6 +223,7 @@ def test_a_search_stopped_at_any_block_bounds_the_optimum(seed, budget, delta):
                 assert reached == set(range(1, M_BLOCKS))  # stopped after every block
     finally:
         _formats.perf_counter = real
+        _formats.DOMINANCE_CHUNK = 256
 
 
 def test_time_limit_returns_the_best_plan_found_and_a_bound_on_the_optimum():
