@@ -521,6 +521,9 @@ def label_search(
             idx = idx_all[last[idx_all] == dev]
             if idx.size == 0:
                 continue
+            if stop is not None and stop():
+                stopped = True
+                break
             cols = [t[idx]] if mode == "latency" else [t[idx], e[idx]]
             cols += [mem_p[idx, k] for k in range(bind.size)]
             cols += [mem_a[idx, k] for k in range(bind.size)]
@@ -528,8 +531,7 @@ def label_search(
             order = np.lexsort(keys.T[::-1])
             idx = idx[order]
             delta = bnd.delta[j] if n_res else np.zeros(0)
-            gone = None if stop is not None and stop() else _dominated(
-                keys[order], res[idx], delta, b_lb[idx], stop=stop)  # fmt: skip
+            gone = _dominated(keys[order], res[idx], delta, b_lb[idx], stop=stop)
             if gone is None:
                 stopped = True
                 break
@@ -543,7 +545,7 @@ def label_search(
         counts.append(int(sel.size))
         if sel.size == 0:
             break
-    if stopped or len(levels) < m or t.size == 0:
+    if len(levels) < m or t.size == 0:  # (a stopped search has fewer levels)
         empty = np.zeros(0)
         return SearchResult(levels=levels, t=empty, bottleneck=empty, e=empty,
                             labels_per_block=counts)  # fmt: skip

@@ -247,13 +247,7 @@ def optimal_score(
         # under a time limit, the best FP16 plan its search finds in the first half of it
         deadline = None if time_limit is None or math.isinf(time_limit) else t0 + time_limit
         half = None if deadline is None else t0 + time_limit / 2
-        inc, _, _, _ = _search_v1(problem, batches, half)
-        if inc.bp is None:
-            raise PlanError(
-                f"batches = {batches}: no block placement fits the devices' memory at any of them"
-            )
-        local = {int(d): i for i, d in enumerate(problem.devices)}
-        fp16 = [local[int(d)] for d in expand(problem, inc.bp)[: problem.n_blocks]]
+        fp16 = _search_v1(problem, batches, half)[0].bp  # local devices int[M]
         sp, batch, _ = _formats.solve_score(fp, batches, info, placements=(fp16,),
                                             deadline=deadline)  # fmt: skip
         if sp is None:
@@ -272,10 +266,6 @@ def optimal_score(
         return plan, value
     inc, per_batch, seed_score, t_seed = _search_v1(problem, batches)
     t_seed -= t0
-    if inc.bp is None:
-        raise PlanError(
-            f"batches = {batches}: no block placement fits the devices' memory at any of them"
-        )
     plan = _plan(problem, inc.bp, inc.batch)
     ref = evaluate(graph, platform, reference_plan(graph, problem.b_ref))
     value = float(score(evaluate(graph, platform, plan), ref, problem.weights))
@@ -297,7 +287,8 @@ def optimal_score(
 def _search_v1(problem: ChainProblem, batches, deadline: float | None = None):
     """The version-1 score search over `batches`: (incumbent, per-batch stats, the seeds'
     score, the `perf_counter()` reading after seeding). `deadline` (a `perf_counter()` value;
-    None: none): the searches stop there and the incumbent holds the best plan found."""
+    None: none): the searches stop there and the incumbent holds the best plan found. Raises
+    PlanError when no plan fits the devices' memory."""
     tabs = [problem.tables(b) for b in dict.fromkeys(batches)]
     inc = Incumbent()
     for tab in tabs:
@@ -322,6 +313,10 @@ def _search_v1(problem: ChainProblem, batches, deadline: float | None = None):
             "labels_per_block": res.labels_per_block,
             "seconds": time.perf_counter() - t1,
         }
+    if inc.bp is None:
+        raise PlanError(
+            f"batches = {batches}: no block placement fits the devices' memory at any of them"
+        )
     return inc, per_batch, seed_score, t_seed
 
 
