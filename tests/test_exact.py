@@ -388,6 +388,7 @@ def test_optimal_scores_workers_match_one_process(monkeypatch):
     import hetjax.exact._batch as batch_mod
 
     monkeypatch.setattr(batch_mod, "_MIN_PER_WORKER", 1)  # two workers for a few platforms
+    monkeypatch.setattr(batch_mod, "_MIN_PER_WORKER_FORMATS", 1)
     g = random_chain(np.random.default_rng(7), 4)
     ps = hj.hardware.sample(jax.random.key(1), 5, base="edge")
     one_plans, one = ex.optimal_scores(g, ps, BATCHES, workers=1)
@@ -405,8 +406,18 @@ def test_optimal_scores_workers_match_one_process(monkeypatch):
             np.asarray(plan.placement), np.asarray(one_plans.placement[i])
         )
     bad = ps.replace(mem_capacity=ps.mem_capacity.at[3, 0].set(1e3))  # ref plan cannot fit
-    with pytest.raises(hj.PlatformError, match="platform 3.*reference plan"):
-        ex.optimal_scores(g, bad, BATCHES, workers=2)
+    import hetjax.distributed
+
+    def no_workers(*args, **kwargs):
+        raise AssertionError("Ray started for platforms that fail their checks")
+
+    # raised before any worker starts (starting Ray and the workers' compiles: 20 s and more)
+    with monkeypatch.context() as m:
+        m.setattr(hetjax.distributed, "run_tasks", no_workers)
+        with pytest.raises(hj.PlatformError, match="platform 3.*reference plan"):
+            ex.optimal_scores(g, bad, BATCHES, workers=2)
+        with pytest.raises(hj.PlatformError, match="platform 3.*reference plan"):
+            ex.optimal_scores(g, bad, BATCHES, workers=2, formats=(0, 1))
     with pytest.raises(hj.PlanError, match="workers=0"):
         ex.optimal_scores(g, ps, BATCHES, workers=0)
 

@@ -20,9 +20,9 @@ import numpy as np
 from hetjax._validation import check_quality
 from hetjax.cost import DEFAULT_WEIGHTS, Plan
 from hetjax.errors import HetjaxError, PlanError
-from hetjax.exact._chain import DEFAULT_BATCHES, check_batches, check_weights
-from hetjax.exact._many import cpus, solve_many
-from hetjax.exact._solvers import optimal_score
+from hetjax.exact._chain import DEFAULT_BATCHES, ChainProblem, check_batches, check_weights
+from hetjax.exact._many import _prepare, cpus, solve_many
+from hetjax.exact._solvers import _check_b_ref, optimal_score
 from hetjax.formats import check_choices
 from hetjax.graphs.core import LayerGraph
 from hetjax.hardware.core import Platform
@@ -68,6 +68,23 @@ def _solve_all(
         out.append((i, np.asarray(plan.placement), float(plan.batch), float(s)))
     where = {i: n for n, (i, _) in enumerate(items)}
     return sorted(out, key=lambda r: where[r[0]])
+
+
+def _check_before_workers(graph, items, weights, b_ref) -> None:
+    """Raise, naming the platform, the error of the first platform that fails the checks of
+    `optimal_score` (the graph, `hj.hardware.validate`, the reference plan fitting device 0),
+    before any Ray worker starts: the workers check again, but only after starting Ray and
+    compiling (20 seconds and more)."""
+    b_ref = _check_b_ref("optimal_scores", b_ref)
+    try:
+        _, failed = _prepare(graph, items, weights, b_ref)
+    except HetjaxError as err:  # the graph (checked once, with the first platform)
+        raise type(err)(f"optimal_scores: {err}") from None
+    for i, platform in sorted(failed, key=lambda item: item[0]):
+        try:
+            ChainProblem.create(graph, platform, weights, b_ref)
+        except HetjaxError as err:  # same class, naming the platform
+            raise type(err)(f"optimal_scores: platform {i}: {err}") from None
 
 
 def _solve_part(shared: tuple, items: list) -> list:
@@ -153,6 +170,8 @@ def optimal_scores(
         results = solve(*job, items)
     else:  # interleaved, so every worker gets a share of the hard platforms
         from hetjax.distributed import run_tasks
+
+        _check_before_workers(host_graph, items, weights, b_ref)
 
         # with formats one task per platform: their searches differ by 10x and more, and Ray
         # hands the next one to whichever worker is free
