@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import sys
 from typing import NamedTuple
 
@@ -409,15 +410,17 @@ def test_optimal_scores_workers_match_one_process(monkeypatch):
     import hetjax.distributed
 
     def no_workers(*args, **kwargs):
-        raise AssertionError("Ray started for platforms that fail their checks")
+        raise AssertionError("a search started for platforms that fail their checks")
 
     # raised before any worker starts (starting Ray and the workers' compiles: 20 s and more)
+    # or, in one process, before the other platforms are searched
     with monkeypatch.context() as m:
         m.setattr(hetjax.distributed, "run_tasks", no_workers)
-        with pytest.raises(hj.PlatformError, match="platform 3.*reference plan"):
-            ex.optimal_scores(g, bad, BATCHES, workers=2)
-        with pytest.raises(hj.PlatformError, match="platform 3.*reference plan"):
-            ex.optimal_scores(g, bad, BATCHES, workers=2, formats=(0, 1))
+        m.setattr(batch_mod, "_solve_all", no_workers)
+        m.setattr(batch_mod, "_solve_formats", no_workers)
+        for workers, quality in itertools.product((1, 2), ({}, {"formats": (0, 1)})):
+            with pytest.raises(hj.PlatformError, match="platform 3.*reference plan"):
+                ex.optimal_scores(g, bad, BATCHES, workers=workers, **quality)
     with pytest.raises(hj.PlanError, match="workers=0"):
         ex.optimal_scores(g, ps, BATCHES, workers=0)
 

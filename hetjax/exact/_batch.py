@@ -70,11 +70,11 @@ def _solve_all(
     return sorted(out, key=lambda r: where[r[0]])
 
 
-def _check_before_workers(graph, items, weights, b_ref) -> None:
+def _check_first(graph, items, weights, b_ref) -> None:
     """Raise, naming the platform, the error of the first platform that fails the checks of
     `optimal_score` (the graph, `hj.hardware.validate`, the reference plan fitting device 0),
-    before any Ray worker starts: the workers check again, but only after starting Ray and
-    compiling (20 seconds and more)."""
+    before any search or Ray worker starts. The searches check again, but only after searching
+    the platforms before it (one process) or starting Ray and compiling (20 s and more)."""
     b_ref = _check_b_ref("optimal_scores", b_ref)
     try:
         _, failed = _prepare(graph, items, weights, b_ref)
@@ -140,10 +140,12 @@ def optimal_scores(
     only; batches under 400 platforms per worker use fewer), on a local Ray instance started
     for the call, or on the running Ray cluster at `address` ("HOST:PORT" or "auto"; then
     `workers` is the number of tasks the platforms are split into). Inputs are checked here,
-    before any worker starts; a platform the search rejects raises its `hj.HetjaxError` (e.g.
-    `PlanError`: no feasible plan) with the platform's index. Within a process, chunks of 128
-    platforms are searched by threads side by side (as many as the process's CPUs, at most
-    `OMP_NUM_THREADS` where set: 1 in Ray's workers). Results do not depend on either.
+    every platform included (`hj.hardware.validate`, the reference plan fitting device 0),
+    before any search or worker starts; the error names the platform's index, as does the
+    error of a platform the search rejects (e.g. `PlanError`: no feasible plan). Within a
+    process, chunks of 128 platforms are searched by threads side by side (as many as the
+    process's CPUs, at most `OMP_NUM_THREADS` where set: 1 in Ray's workers). Results do not
+    depend on either.
     """
     batches = check_batches(batches)
     weights = check_weights(weights)
@@ -166,12 +168,11 @@ def optimal_scores(
     job = (host_graph, batches, weights, b_ref) + ((quality,) if v2 else ())
     solve, part_fn = (_solve_formats, _solve_part_formats) if v2 else (_solve_all, _solve_part)
     items = list(enumerate(singles))
+    _check_first(host_graph, items, weights, b_ref)
     if workers == 1 and address is None:
         results = solve(*job, items)
     else:  # interleaved, so every worker gets a share of the hard platforms
         from hetjax.distributed import run_tasks
-
-        _check_before_workers(host_graph, items, weights, b_ref)
 
         # with formats one task per platform: their searches differ by 10x and more, and Ray
         # hands the next one to whichever worker is free
