@@ -636,3 +636,44 @@ def test_onnx_export_evaluate_matches_reference(onnx_tiny):
     for f in ("latency", "throughput", "energy", "busy", "link_busy", "moved", "block_time"):
         np.testing.assert_allclose(np.asarray(getattr(m, f)), r[f], rtol=1e-4, atol=1e-12,
                                    err_msg=f)  # fmt: skip
+
+
+def _dominated_reference(keys, res, delta, floor, chunk):
+    """`_search._dominated` in plain Python: label i against the kept labels of earlier chunks
+    and every earlier label of its own chunk."""
+    n, out, kept = len(keys), [False] * len(keys), []
+    for lo in range(0, n, chunk):
+        own = list(range(lo, min(n, lo + chunk)))
+        for i in own:
+            out[i] = any(
+                all(keys[j][c] <= keys[i][c] for c in range(len(keys[i])))
+                and all(
+                    res[j][r] <= res[i][r] or res[j][r] + delta[r] <= floor[i]
+                    for r in range(len(res[i]))
+                )  # fmt: skip
+                for j in kept + own[: i - lo]
+            )
+        kept += [i for i in own if not out[i]]
+    return out
+
+
+@pytest.mark.parametrize("sparse", [-1.0, None, 1.0])  # never, as shipped, after two tests
+def test_dominance_test_matches_a_plain_python_reference(sparse, monkeypatch):
+    """The label search's dominance test, whichever of its tests run on whole tables and which
+    only on the candidates that pass those (ties included: small integer columns)."""
+    import hetjax.exact._search as search
+
+    if sparse is not None:
+        monkeypatch.setattr(search, "_SPARSE", sparse)
+    rng = np.random.default_rng(3)
+    for n, n_res, chunk in ((40, 6, 8), (90, 9, 32), (7, 0, 4), (30, 1, 256)):
+        keys = np.sort(rng.integers(0, 4, (n, 3)).astype(float), axis=0)
+        keys[:, 1:] = rng.integers(0, 4, (n, 2))  # sorted by column 0 only
+        res = rng.integers(0, 3, (n, n_res)).astype(float)
+        delta = rng.integers(0, 2, n_res).astype(float)
+        floor = rng.integers(0, 4, n).astype(float)
+        got = search._dominated(keys, res, delta, floor, chunk)
+        want = _dominated_reference(keys.tolist(), res.tolist(), delta.tolist(),
+                                    floor.tolist(), chunk)  # fmt: skip
+        assert got.tolist() == want
+        assert 0 < sum(want) < n or n_res == 0

@@ -363,6 +363,9 @@ def _waterfill(busy: np.ndarray, work: float) -> np.ndarray:
     return np.min((work + np.cumsum(s, axis=1)) / k, axis=1)
 
 
+_SPARSE = 0.02  # dominance tests on whole tables until this share of the pairs passes
+
+
 def _dominated(keys, res, delta, floor, chunk: int = 256, stop=None) -> np.ndarray | None:
     """Mask of labels dominated by an earlier label (keys sorted ascending by column 0), or
     None when `stop` (a callable, read before each chunk of `chunk` labels after the first)
@@ -374,7 +377,10 @@ def _dominated(keys, res, delta, floor, chunk: int = 256, stop=None) -> np.ndarr
     every resource r, res[j, r] <= res[i, r] or res[j, r] + delta[r] <= floor[i]: then every
     completion of j is at least as good as the same completion of i. Labels are compared with
     the kept labels of earlier chunks and every earlier label of their own chunk; the
-    dominance chains this builds end at kept labels.
+    dominance chains this builds end at kept labels. The column tests run on whole [I, J]
+    tables (at least two) until at most `_SPARSE` of the pairs pass; the others only on each
+    row's first candidate, then on every candidate of the rows where it failed (with many
+    resource columns, as on four devices, most tests then touch few pairs).
     """
     n = keys.shape[0]
     out = np.zeros(n, bool)
@@ -387,6 +393,18 @@ def _dominated(keys, res, delta, floor, chunk: int = 256, stop=None) -> np.ndarr
     key_t = np.ascontiguousarray(keys.T)
     res_t = np.ascontiguousarray(res.T)
     reach_t = res_t + delta[:, None]
+    # tests on whole [I, J] tables until few pairs pass, the others only on those candidates
+    tests = [("key", c) for c in key_cols] + [("res", r) for r in res_cols]
+
+    def passes(ii, jj, done):  # the tests after the first `done` on pairs (ii[k], jj[k])
+        ok = np.ones(ii.shape, bool)
+        for kind, c in tests[done:]:
+            if kind == "key":
+                ok &= key_t[c, jj] <= key_t[c, ii]
+            else:
+                ok &= (res_t[c, jj] <= res_t[c, ii]) | (reach_t[c, jj] <= floor[ii])
+        return ok
+
     kept = np.zeros(0, np.int64)
     for lo in range(0, n, chunk):
         if lo and stop is not None and stop():
@@ -396,14 +414,32 @@ def _dominated(keys, res, delta, floor, chunk: int = 256, stop=None) -> np.ndarr
         j = np.concatenate([kept, i])
         dom = i[:, None] > j[None, :]
         tmp = np.empty_like(dom)
-        for c in key_cols:
-            np.less_equal(key_t[c, j][None, :], key_t[c, i][:, None], out=tmp)
+        done = 0
+        while done < len(tests) and (done < 2 or np.count_nonzero(dom) > _SPARSE * dom.size):
+            kind, c = tests[done]
+            if kind == "key":
+                np.less_equal(key_t[c, j][None, :], key_t[c, i][:, None], out=tmp)
+            else:
+                np.less_equal(res_t[c, j][None, :], res_t[c, i][:, None], out=tmp)
+                tmp |= reach_t[c, j][None, :] <= floor[i][:, None]
             dom &= tmp
-        for r in res_cols:
-            np.less_equal(res_t[r, j][None, :], res_t[r, i][:, None], out=tmp)
-            tmp |= reach_t[r, j][None, :] <= floor[i][:, None]
-            dom &= tmp
-        out[lo:hi] = dom.any(axis=1)
+            done += 1
+        if done == len(tests):
+            out[lo:hi] = dom.any(axis=1)
+        else:  # the other tests on each row's first candidate, then on every candidate left
+            rows = np.arange(hi - lo)
+            first = dom.argmax(axis=1)
+            rows = rows[dom[rows, first]]
+            ok = passes(i[rows], j[first[rows]], done)
+            out[lo + rows[ok]] = True
+            fail = rows[~ok]
+            if fail.size:
+                sub = dom[fail]
+                sub[np.arange(fail.size), first[fail]] = False
+                r, c = np.nonzero(sub)
+                if r.size:
+                    at = fail[r]
+                    out[lo + at[passes(i[at], j[c], done)]] = True
         kept = np.concatenate([kept, i[~out[lo:hi]]])
     return out
 
