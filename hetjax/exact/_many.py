@@ -33,7 +33,7 @@ from threadpoolctl import threadpool_limits
 from hetjax.cost import Plan, evaluate, reference_plan, score
 from hetjax.errors import HetjaxError
 from hetjax.exact._chain import ChainProblem, check_batches, check_chain, check_weights, expand
-from hetjax.exact._search import _links, _simplex
+from hetjax.exact._search import _dominated_rows, _links, _simplex
 from hetjax.exact._solvers import _check_b_ref, _ops
 from hetjax.graphs.core import EMBED
 from hetjax.hardware.core import validate as validate_platform
@@ -402,22 +402,7 @@ def _dominated_by_any(yi, xj, allowed) -> np.ndarray:
     flat = dom.reshape(-1, n_j)
     y = yi[..., _DENSE_COLUMNS:].reshape(-1, yi.shape[-1] - _DENSE_COLUMNS)
     x = xj[..., _DENSE_COLUMNS:].reshape(-1, xj.shape[-1] - _DENSE_COLUMNS)
-    rows = np.arange(flat.shape[0])
-    first = flat.argmax(axis=1)
-    live = flat[rows, first]
-    rows, first = rows[live], first[live]
-    ok = np.all(x[(rows // n_i) * n_j + first] <= y[rows], axis=1)
-    out = np.zeros(flat.shape[0], bool)
-    out[rows[ok]] = True
-    rows, first = rows[~ok], first[~ok]
-    if rows.size:
-        sub = flat[rows]
-        sub[np.arange(rows.size), first] = False
-        r, j = np.nonzero(sub)
-        if r.size:
-            at = rows[r]
-            hit = np.all(x[(at // n_i) * n_j + j] <= y[at], axis=1)
-            out[at[hit]] = True
+    out = _dominated_rows(flat, lambda r, c: np.all(x[(r // n_i) * n_j + c] <= y[r], axis=1))
     return out.reshape(dom.shape[:-1])
 
 

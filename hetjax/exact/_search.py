@@ -20,6 +20,7 @@ of the remaining blocks; and in score mode the `Chord` bound, which couples the 
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -366,6 +367,28 @@ def _waterfill(busy: np.ndarray, work: float) -> np.ndarray:
 _SPARSE = 0.02  # dominance tests on whole tables until this share of the pairs passes
 
 
+def _dominated_rows(dom, passes) -> np.ndarray:
+    """bool[R]: the rows of a candidate table dom bool[R, J] (the pairs that passed the tests
+    run on whole tables; changed in place) with a candidate column c for which `passes(rows,
+    cols)` (the other tests, on pairs) holds: each row's first candidate, then every other
+    candidate of the rows where that one failed."""
+    out = np.zeros(dom.shape[0], bool)
+    rows = np.arange(dom.shape[0])
+    first = dom.argmax(axis=1)
+    rows = rows[dom[rows, first]]
+    first = first[rows]
+    ok = passes(rows, first)
+    out[rows[ok]] = True
+    fail = rows[~ok]
+    if fail.size:
+        sub = dom[fail]
+        sub[np.arange(fail.size), first[~ok]] = False
+        r, c = np.nonzero(sub)
+        if r.size:
+            out[fail[r][passes(fail[r], c)]] = True
+    return out
+
+
 def _dominated(keys, res, delta, floor, chunk: int = 256, stop=None) -> np.ndarray | None:
     """Mask of labels dominated by an earlier label (keys sorted ascending by column 0), or
     None when `stop` (a callable, read before each chunk of `chunk` labels after the first)
@@ -396,7 +419,8 @@ def _dominated(keys, res, delta, floor, chunk: int = 256, stop=None) -> np.ndarr
     # tests on whole [I, J] tables until few pairs pass, the others only on those candidates
     tests = [("key", c) for c in key_cols] + [("res", r) for r in res_cols]
 
-    def passes(ii, jj, done):  # the tests after the first `done` on pairs (ii[k], jj[k])
+    def passes(i, j, done, r, c):  # the tests after the first `done` on pairs (i[r], j[c])
+        ii, jj = i[r], j[c]
         ok = np.ones(ii.shape, bool)
         for kind, c in tests[done:]:
             if kind == "key":
@@ -427,19 +451,7 @@ def _dominated(keys, res, delta, floor, chunk: int = 256, stop=None) -> np.ndarr
         if done == len(tests):
             out[lo:hi] = dom.any(axis=1)
         else:  # the other tests on each row's first candidate, then on every candidate left
-            rows = np.arange(hi - lo)
-            first = dom.argmax(axis=1)
-            rows = rows[dom[rows, first]]
-            ok = passes(i[rows], j[first[rows]], done)
-            out[lo + rows[ok]] = True
-            fail = rows[~ok]
-            if fail.size:
-                sub = dom[fail]
-                sub[np.arange(fail.size), first[fail]] = False
-                r, c = np.nonzero(sub)
-                if r.size:
-                    at = fail[r]
-                    out[lo + at[passes(i[at], j[c], done)]] = True
+            out[lo:hi] = _dominated_rows(dom, functools.partial(passes, i, j, done))
         kept = np.concatenate([kept, i[~out[lo:hi]]])
     return out
 
