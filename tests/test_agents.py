@@ -317,8 +317,9 @@ def test_rerun_without_resume_is_refused(full_run, tmp_path):
 
 
 def test_a_run_saved_before_a_config_field_existed_resumes_as_it_ran(tmp_path):
-    """config.json files written before `bc_coef` / `imitation_ties` existed describe runs
-    without the term and with the teacher's plans as solved."""
+    """config.json files written before `bc_coef` / `imitation_ties` / `descriptors` existed
+    describe runs without the term, with the teacher's plans as solved and absolute device
+    descriptors."""
     import json
 
     from hetjax.errors import CheckpointError
@@ -327,7 +328,7 @@ def test_a_run_saved_before_a_config_field_existed_resumes_as_it_ran(tmp_path):
     agents.Trainer(cfg, tmp_path, chunk=2, validation=2)._check_config(resume=False)
     path = tmp_path / "config.json"
     doc = json.loads(path.read_text())
-    del doc["ppo"]["bc_coef"], doc["ppo"]["imitation_ties"]
+    del doc["ppo"]["bc_coef"], doc["ppo"]["imitation_ties"], doc["ppo"]["descriptors"]
     path.write_text(json.dumps(doc))
     assert ppo.PPOConfig.from_dict(doc["ppo"]) == cfg
     agents.Trainer(cfg, tmp_path, chunk=2, validation=2)._check_config(resume=True)

@@ -206,6 +206,10 @@ CASES = [
     ("ppo-batches", lambda: hj.agents.PPOConfig(batches=(1.0, -2.0)), hj.PlanError,
      ("batches", "-2")),
     ("ppo-spread", lambda: hj.agents.PPOConfig(spread=0.0), hj.PlanError, ("spread", "0.0")),
+    ("ppo-descriptors", lambda: hj.agents.PPOConfig(descriptors="raw"), hj.PlanError,
+     ("descriptors", "raw")),
+    ("env-descriptors", lambda: hj.env.PlacementEnv(descriptors="raw"), hj.PlanError,
+     ("descriptors", "raw")),
     ("ppo-width", lambda: hj.agents.PPOConfig(width=0), hj.PlanError, ("width", "0")),
     # --- hj.onnx ------------------------------------------------------------------------------
     ("onnx-missing-file", lambda tmp: hj.onnx.load_graph(tmp / "none.onnx"),

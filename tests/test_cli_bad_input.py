@@ -82,6 +82,7 @@ CASES = [
     (["train", "--dagger-rounds", "-2"], ["--dagger-rounds", "-2"]),
     (["train", "--advantage", "td"], ["--advantage", "td"]),
     (["train", "--encoder", "lstm"], ["--encoder", "lstm"]),
+    (["train", "--descriptors", "raw"], ["--descriptors", "raw"]),
     (["train", "--teacher", "oracle"], ["--teacher", "oracle"]),
     (["train", "--teacher", "none", "--imitation-steps", "5"], ["imitation_steps", "5"]),
     (["train", "--teacher", "none", "--bc-coef", "0.5"], ["bc_coef", "0.5"]),

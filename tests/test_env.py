@@ -5,6 +5,9 @@ bert-mini at block granularity, edge and host3 padded to 3 devices): one compile
 batching, one compiled `step` (the one guarded by `chex.assert_max_traces`), one `reset`.
 """
 
+import dataclasses
+import math
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -12,7 +15,7 @@ import numpy as np
 import pytest
 
 import hetjax as hj
-from hetjax.env import PlacementEnv, check_env
+from hetjax.env import DESCRIPTORS, PlacementEnv, check_env
 from hetjax.env.testing import rollout
 
 ENV = PlacementEnv(n_max=72, m_max=10, d_max=3)  # fits bert-tiny/bert-mini, every preset
@@ -361,3 +364,49 @@ def test_input_devices_and_transfers_follow_the_producers_in_a_dag(step, edge):
         np.testing.assert_allclose(np.asarray(obs.features[LAYOUT["transfer"]]), want_x,
                                    rtol=1e-5)  # fmt: skip
         obs, state, *_ = step(KEY, state, jnp.int32(dev), params)
+
+
+def _descriptor_groups(env, params):
+    """The "devices" and "links" groups of `params.static_features` (float64)."""
+    lay, f = env.feature_layout, np.asarray(params.static_features, np.float64)
+    z = lay["batch_choices"].start  # where the static tail starts
+    return [f[lay[g].start - z : lay[g].stop - z] for g in ("devices", "links")]
+
+
+def _descriptors_reference(p, kind):
+    """Plain Python: each device's 12 numbers, then each ordered pair's 3 link numbers."""
+    real = [bool(m) for m in np.asarray(p.device_mask)]
+    n = len(real)
+    cols = [[float(x) for x in row] for row in np.asarray(p.peak, np.float64)]
+    for name in ("mem_bw", "launch", "mem_capacity", "p_busy", "p_idle", "b_half"):
+        for d, x in enumerate(np.asarray(getattr(p, name), np.float64)):
+            cols[d].append(float(x))
+    units = [1e12] * (len(cols[0]) - 6) + [1e11, 1e-5, 1e10, 10.0, 10.0, 1.0]
+    dev = [[math.log1p(cols[d][c] / units[c]) for c in range(len(units))] for d in range(n)]
+    pairs = [(e, d) for e in range(n) for d in range(n) if e != d and real[e] and real[d]]
+    link = {(e, d): [math.log1p(float(np.asarray(getattr(p, k))[e, d]) / u)
+                     for k, u in (("link_bw", 1e10), ("link_latency", 1e-5),
+                                  ("link_energy", 1e-11))] for e, d in pairs}  # fmt: skip
+    if kind == "relative":  # centred on the mean over the real devices / pairs
+        mean = [sum(dev[d][c] for d in range(n) if real[d]) / sum(real) for c in range(12)]
+        dev = [[v - m for v, m in zip(row, mean, strict=True)] for row in dev]
+        lmean = [sum(link[q][c] for q in pairs) / len(pairs) for c in range(3)]
+        link = {q: [v - m for v, m in zip(row, lmean, strict=True)] for q, row in link.items()}
+    dev = [v if real[d] else 0.0 for d in range(n) for v in dev[d]]
+    link = [v for e in range(n) for d in range(n) for v in link.get((e, d), [0.0] * 3)]
+    return np.array(dev), np.array(link)
+
+
+@pytest.mark.parametrize("kind", DESCRIPTORS)
+def test_device_and_link_descriptors_match_a_plain_python_reference(tiny, kind):
+    """The "devices" and "links" groups of the observation, absolute and relative (edge,
+    padded to 3 devices, and host3)."""
+    env = dataclasses.replace(ENV, descriptors=kind)
+    for name in ("edge", "host3"):
+        p = env.pad_platform(hj.hardware.preset(name))
+        got = _descriptor_groups(env, env.make_params(tiny, p))
+        want = _descriptors_reference(p, kind)
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_allclose(g, w, rtol=2e-6, atol=1e-6)
+    with pytest.raises(hj.PlanError, match="descriptors = 'raw'"):
+        dataclasses.replace(ENV, descriptors="raw")

@@ -34,7 +34,7 @@ from hetjax.agents.episode_net import (
     static_view,
 )
 from hetjax.agents.network import CACHED_ENCODERS, ENCODERS, ActorCritic
-from hetjax.env import PlacementEnv, block_feature_sizes, feature_sizes
+from hetjax.env import DESCRIPTORS, PlacementEnv, block_feature_sizes, feature_sizes
 
 __all__ = [
     "ADVANTAGES",
@@ -105,6 +105,9 @@ class PPOConfig:
     # platform with up to d_max devices (`hetjax place --platform`); 0 = the preset's count
     d_max: int = 3
     spread: float = 2.0  # log-uniform factor of `hj.hardware.sample`
+    # the observation's device and link numbers (`PlacementEnv.descriptors`): "absolute"
+    # (fixed units) or "relative" (over the platform's mean device and link: scale-free)
+    descriptors: str = "absolute"
     weights: tuple[float, float, float] = (0.6, 0.3, 0.1)  # SPEC score (alpha, beta, gamma)
     batches: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
     num_envs: int = 512  # parallel environments, each on its own sampled platform
@@ -287,6 +290,8 @@ def _check_config(c: PPOConfig) -> None:
             bad(name, "must be a name (str)")
     if c.granularity not in GRANULARITIES:
         bad("granularity", f"must be one of {GRANULARITIES}")
+    if c.descriptors not in DESCRIPTORS:
+        bad("descriptors", f"must be one of {DESCRIPTORS}")
     if isinstance(c.models, str) or not all(isinstance(m, str) for m in c.models):
         bad("models", "must be a tuple of model names")
     if isinstance(c.platforms, str) or not all(isinstance(p, str) for p in c.platforms):
@@ -514,7 +519,7 @@ def make_setup(config: PPOConfig) -> Setup:
         )
     env = PlacementEnv.sized_for(
         graphs, bases, num_batches=len(config.batches), d_max=device_slots(config),
-        formats=config.formats, codes=config.codes,
+        formats=config.formats, codes=config.codes, descriptors=config.descriptors,
     )  # fmt: skip
     graphs = [env.pad_graph(g) for g in graphs]
     graph = graphs[0]

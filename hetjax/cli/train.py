@@ -46,6 +46,13 @@ def train_cmd(
             "many devices (default 3; the presets trained around must fit)"
         ),
     ] = None,
+    descriptors: Annotated[
+        str | None,
+        typer.Option(
+            help="the observation's device and link numbers: absolute (fixed units, the "
+            "default) | relative (over the platform's mean device and link: scale-free)"
+        ),
+    ] = None,
     zero_shot_models: Annotated[
         str | None,
         typer.Option(
@@ -161,6 +168,7 @@ def train_cmd(
         make_setup,
         teacher_settings,
     )
+    from hetjax.env import DESCRIPTORS
 
     # every option is checked before any work starts (nothing is written on a bad one)
     for opt, v, low in [("--num-envs", num_envs, 1), ("--num-updates", num_updates, 0),
@@ -192,6 +200,7 @@ def train_cmd(
     checks.one_of("--imitation-ties", imitation_ties, TIES)
     checks.one_of("--advantage", advantage, ADVANTAGES)
     checks.one_of("--encoder", encoder, ENCODERS)
+    checks.one_of("--descriptors", descriptors, DESCRIPTORS)
     checks.one_of("--platform", platform, tuple(hj.hardware.PRESETS))
     more = _names(platforms)
     for name in more:
@@ -221,7 +230,8 @@ def train_cmd(
                  dagger_rounds=dagger_rounds, advantage=advantage, encoder=encoder,
                  formats=3 if formats else None, codes=3 if compression else None,
                  delta=delta, quality_budget=quality_budget,
-                 batch_fit_platforms=batch_fit, d_max=d_max)  # fmt: skip
+                 batch_fit_platforms=batch_fit, d_max=d_max,
+                 descriptors=descriptors)  # fmt: skip
     extra = _names(models)
     # --teacher none / a baseline: the from-scratch settings; options given here still win
     settings = teacher_settings(teacher)

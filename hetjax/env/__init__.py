@@ -12,6 +12,7 @@ from hetjax.env.base import Environment
 from hetjax.env.placement import (
     DEFAULT_BATCHES,
     DEFAULT_PENALTY,
+    DESCRIPTORS,
     EnvParams,
     EnvState,
     Observation,
@@ -32,6 +33,7 @@ __all__ = [
     "Observation",
     "DEFAULT_BATCHES",
     "DEFAULT_PENALTY",
+    "DESCRIPTORS",
     "feature_sizes",
     "block_feature_sizes",
     "layout",

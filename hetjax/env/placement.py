@@ -55,6 +55,7 @@ __all__ = [
     "Observation",
     "DEFAULT_BATCHES",
     "DEFAULT_PENALTY",
+    "DESCRIPTORS",
     "feature_sizes",
     "block_feature_sizes",
     "layout",
@@ -379,6 +380,7 @@ def _terminal_metrics_vmap(axis_size, in_batched, done, *args):
 # --- the environment ---------------------------------------------------------------------------
 
 
+DESCRIPTORS = ("absolute", "relative")  # PlacementEnv.descriptors
 _SIZES = ("n_max", "m_max", "d_max", "num_batches", "p_max", "l_max", "formats", "codes")
 
 
@@ -411,6 +413,10 @@ class PlacementEnv(Environment):
     flat_obs: bool = False
     formats: int = 1  # cost model 2.0: formats 0..formats-1 per block (1: FP16 only)
     codes: int = 1  # transfer codes 0..codes-1 per block (1: uncompressed only)
+    # the "devices" and "links" feature groups: "absolute" (log-scaled numbers in fixed units)
+    # or "relative" (the same, minus their mean over the platform's real devices / links: the
+    # platform's devices against each other, not against a fixed scale)
+    descriptors: str = "absolute"
 
     deterministic_obs = True  # get_obs ignores its key (base.Environment.step)
 
@@ -424,6 +430,10 @@ class PlacementEnv(Environment):
         for f, most in (("formats", NUM_FORMATS), ("codes", NUM_CODES)):
             if getattr(self, f) > most:
                 raise PlanError(f"PlacementEnv.{f} = {getattr(self, f)!r}: at most {most}")
+        if self.descriptors not in DESCRIPTORS:
+            raise PlanError(
+                f"PlacementEnv.descriptors = {self.descriptors!r}: one of {list(DESCRIPTORS)}"
+            )
 
     def __setattr__(self, name, value):
         if name in self.__dict__ and name in {f.name for f in fields(self)}:
@@ -800,8 +810,8 @@ class PlacementEnv(Environment):
                 weights,
                 runs_all.astype(jnp.float32),
                 table.reshape(-1),
-                _device_descriptors(p).reshape(-1),
-                _link_descriptors(p).reshape(-1),
+                _device_descriptors(p, self.descriptors).reshape(-1),
+                _link_descriptors(p, self.descriptors).reshape(-1),
             ]
         )
         return EnvParams(
@@ -1323,9 +1333,12 @@ def _check_reference_fits(graph: LayerGraph, platform: Platform, b_ref: float) -
         )
 
 
-def _device_descriptors(p: Platform) -> jax.Array:
-    """f32[D, 12]: log-scaled device numbers (peaks per class in TFLOP/s, memory bandwidth in
-    100 GB/s, launch in 10 us, capacity in 10 GB, powers in 10 W, b_half), 0 on padding."""
+def _device_descriptors(p: Platform, kind: str = "absolute") -> jax.Array:
+    """f32[D, 12]: log-scaled device numbers, 0 on padding: log1p(x / unit) of the peaks per
+    class (TFLOP/s), memory bandwidth (100 GB/s), launch (10 us), capacity (10 GB), powers
+    (10 W) and b_half. "relative": each column minus its mean over the real devices, the
+    devices against each other (log ratios where x >> unit, so there a platform scaled as a
+    whole reads the same; not below: log1p compresses small values)."""
     vec = jnp.stack(
         [
             jnp.log1p(p.mem_bw / 1e11),
@@ -1338,12 +1351,19 @@ def _device_descriptors(p: Platform) -> jax.Array:
         axis=-1,
     )
     out = jnp.concatenate([jnp.log1p(p.peak / 1e12), vec], axis=-1)
-    return jnp.where(p.device_mask[:, None], out, 0.0)
+    return _centred(out, p.device_mask[:, None], (0,)) if kind == "relative" else jnp.where(
+        p.device_mask[:, None], out, 0.0)  # fmt: skip
 
 
-def _link_descriptors(p: Platform) -> jax.Array:
+def _centred(x, real, axes):
+    """x minus its mean over the `real` entries along `axes`, 0 elsewhere."""
+    mean = jnp.sum(jnp.where(real, x, 0.0), axes) / jnp.maximum(jnp.sum(real), 1)
+    return jnp.where(real, x - mean, 0.0)
+
+
+def _link_descriptors(p: Platform, kind: str = "absolute") -> jax.Array:
     """f32[D, D, 3]: log-scaled link bandwidth (10 GB/s), latency (10 us), energy (10 pJ/B);
-    0 on the diagonal and padding."""
+    0 on the diagonal and padding. "relative": each minus its mean over the real pairs."""
     d = p.d_max
     out = jnp.stack(
         [
@@ -1354,4 +1374,6 @@ def _link_descriptors(p: Platform) -> jax.Array:
         axis=-1,
     )
     pair = p.device_mask[:, None] & p.device_mask[None, :] & ~jnp.eye(d, dtype=bool)
+    if kind == "relative":
+        return _centred(out, pair[..., None], (0, 1))
     return jnp.where(pair[..., None], out, 0.0)
