@@ -1,0 +1,130 @@
+"""A quick zero-shot probe: clone exact optima on a model mixture, greedy gaps on unseen pairs.
+
+    .venv/bin/python scripts/zero_shot_probe.py [--descriptors absolute|relative] [--seed 0]
+        [--spread 2.0] [--steps 3000] [--teacher-platforms 2048] [--test-n 32]
+        [--cache /tmp/zero_shot_probe] [--json FILE]
+
+Clones (`ppo.make_imitation`, no PPO: a probe, not a job; the default job's deepsets network,
+width 128) the exact optima of `--teacher-platforms` platforms sampled around `edge` and
+`datacenter` (spread `--spread`) with bert-base, gpt2, bert-large and a llama-architecture
+decoder that is not a built-in (`llama-12x1024`, exported in code), then prints the greedy
+policy's mean gap to the exact optimum on `--test-n` platforms sampled around `edge` (seen) and
+`soc` (unseen; spread 2) for two trained models and three unseen ones (vit-b16, tinyllama-1.1b
+and `bert-8x512`, a BERT that is not a built-in). `--seed` seeds the network's initialisation
+and the cloning minibatches; the teacher and test platforms are the same for every seed. The
+teacher's actions and the test optima are cached in `--cache` (they depend on neither the seed
+nor `--descriptors`), so a second variant takes minutes. A probe of one seed moves by points:
+compare variants over seeds (docs/agent.md, "Relative device descriptors").
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import hetjax as hj
+from hetjax.agents import ppo, report, teachers
+from hetjax.compare import gap_pct
+from hetjax.io import write_json
+
+EXPORTS = {
+    "llama-12x1024": dict(arch="llama", d_model=1024, n_layers=12, n_heads=16, n_kv_heads=4,
+                          d_ff=2816, vocab_size=32000, max_positions=2048),
+    "bert-8x512": dict(arch="bert", d_model=512, n_layers=8, n_heads=8, d_ff=2048),
+}  # fmt: skip
+TRAIN_MODELS = ("bert-base", "gpt2", "bert-large", "llama-12x1024")
+TEST_MODELS = ("bert-base", "gpt2", "vit-b16", "tinyllama-1.1b", "bert-8x512")
+TEST_PRESETS = ("edge", "soc")
+
+
+def _model(name: str, cache: Path) -> str:
+    """A built-in name, or the path of its ONNX export (written once into `cache`)."""
+    if name not in EXPORTS:
+        return name
+    path = cache / f"{name}.onnx"
+    if not path.exists():
+        config = hj.graphs.TransformerConfig(name=name, **EXPORTS[name])
+        hj.onnx.export_transformer(config, path, dtype="float16")
+    return str(path)
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--descriptors", default="absolute", choices=hj.env.DESCRIPTORS)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--spread", type=float, default=2.0, help="training platforms' spread")
+    ap.add_argument("--steps", type=int, default=3000, help="cloning steps")
+    ap.add_argument("--teacher-platforms", type=int, default=2048)
+    ap.add_argument("--test-n", type=int, default=32, help="platforms per test pair")
+    ap.add_argument("--cache", type=Path, default=Path("/tmp/zero_shot_probe"))
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args(argv)
+    args.cache.mkdir(parents=True, exist_ok=True)
+    train = [_model(m, args.cache) for m in TRAIN_MODELS]
+    config = ppo.PPOConfig(
+        model=train[0], models=tuple(train[1:]), platform="edge", platforms=("datacenter",),
+        width=128, head_width=64, imitation_steps=args.steps,
+        imitation_platforms=args.teacher_platforms, descriptors=args.descriptors,
+        seed=args.seed, spread=args.spread,
+    )  # fmt: skip
+    setup = ppo.make_setup(config)
+    t0 = time.perf_counter()
+    tag = f"{args.teacher_platforms}_spread{args.spread:g}"
+    cached = args.cache / f"teacher_{tag}.npz"
+    key = jax.random.key(0)  # the teacher's platforms: the same for every seed and variant
+    platforms = ppo.sample_platforms(setup, jax.random.fold_in(key, 7), args.teacher_platforms)
+    models = ppo.sample_models(setup, jax.random.fold_in(key, 7), args.teacher_platforms)
+    if cached.exists():
+        teacher = ppo.Teacher(platforms, jnp.asarray(np.load(cached)["actions"]), models)
+    else:
+        teacher = teachers.make_teacher(setup, jax.random.fold_in(key, 7))
+        np.savez(cached, actions=np.asarray(teacher.actions))
+    print(f"teacher: {time.perf_counter() - t0:.0f} s", flush=True)
+    runner = jax.jit(lambda k: ppo.init_runner(setup, k))(jax.random.key(args.seed))
+    clone, _, _ = ppo.make_imitation(setup, teacher)
+    t0 = time.perf_counter()
+    runner, losses = jax.jit(clone)(runner)
+    losses = np.asarray(losses)
+    print(f"cloned in {time.perf_counter() - t0:.0f} s, loss {losses[0]:.3f} -> {losses[-1]:.3f}")
+    rows = []
+    for name in TEST_MODELS:
+        model = _model(name, args.cache)
+        for preset in TEST_PRESETS:
+            others = tuple(m for m in setup.model_names if m != model)
+            pair = ppo.make_setup(dataclasses.replace(
+                config, model=model, models=others, platform=preset, platforms=(),
+                d_max=setup.env.d_max, spread=2.0,
+            ))  # fmt: skip
+            test = ppo.sample_platforms(pair, jax.random.key(11), args.test_n)
+            opt_path = args.cache / f"optimum_{name}_{preset}_{args.test_n}.npy"
+            if opt_path.exists():
+                optimum = np.load(opt_path)
+            else:
+                optimum = np.asarray(teachers.exact_scores(pair, test)[0], np.float64)
+                np.save(opt_path, optimum)
+            scores = report._decode(pair, 0)(runner.params, jax.random.key(0), test)[0]
+            gaps = gap_pct(np.asarray(scores, np.float64), optimum)
+            row = {"model": name, "preset": preset, "seen_model": model in setup.model_names,
+                   "seen_preset": preset in config.presets, "mean_gap_pct": float(gaps.mean()),
+                   "median_gap_pct": float(np.median(gaps))}  # fmt: skip
+            rows.append(row)
+            print(f"{name:15s} {preset:5s} greedy gap {row['mean_gap_pct']:6.2f}% "
+                  f"(median {row['median_gap_pct']:.2f}%)", flush=True)  # fmt: skip
+    doc = {"command": "scripts/zero_shot_probe.py " + " ".join(sys.argv[1:] if argv is None
+                                                                else argv),
+           "config": config.to_dict(), "loss": [float(losses[0]), float(losses[-1])],
+           "rows": rows}  # fmt: skip
+    if args.json is not None:
+        write_json(args.json, doc)
+    return doc
+
+
+if __name__ == "__main__":
+    main()
