@@ -106,7 +106,7 @@ class PPOConfig:
     d_max: int = 3
     spread: float = 2.0  # log-uniform factor of `hj.hardware.sample`
     # the observation's device and link numbers (`PlacementEnv.descriptors`): "absolute"
-    # (fixed units) or "relative" (over the platform's mean device and link: scale-free)
+    # (fixed units) or "relative" (centred on the platform's mean device and link)
     descriptors: str = "absolute"
     weights: tuple[float, float, float] = (0.6, 0.3, 0.1)  # SPEC score (alpha, beta, gamma)
     batches: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0)

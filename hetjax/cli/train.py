@@ -50,7 +50,7 @@ def train_cmd(
         str | None,
         typer.Option(
             help="the observation's device and link numbers: absolute (fixed units, the "
-            "default) | relative (over the platform's mean device and link: scale-free)"
+            "default) | relative (centred on the platform's mean device and link)"
         ),
     ] = None,
     zero_shot_models: Annotated[
