@@ -1351,8 +1351,10 @@ def _device_descriptors(p: Platform, kind: str = "absolute") -> jax.Array:
         axis=-1,
     )
     out = jnp.concatenate([jnp.log1p(p.peak / 1e12), vec], axis=-1)
-    return _centred(out, p.device_mask[:, None], (0,)) if kind == "relative" else jnp.where(
-        p.device_mask[:, None], out, 0.0)  # fmt: skip
+    real = p.device_mask[:, None]
+    if kind == "relative":
+        return _centred(out, real, (0,))
+    return jnp.where(real, out, 0.0)
 
 
 def _centred(x, real, axes):

@@ -422,11 +422,11 @@ def _dominated(keys, res, delta, floor, chunk: int = 256, stop=None) -> np.ndarr
     def passes(i, j, done, r, c):  # the tests after the first `done` on pairs (i[r], j[c])
         ii, jj = i[r], j[c]
         ok = np.ones(ii.shape, bool)
-        for kind, c in tests[done:]:
+        for kind, col in tests[done:]:
             if kind == "key":
-                ok &= key_t[c, jj] <= key_t[c, ii]
+                ok &= key_t[col, jj] <= key_t[col, ii]
             else:
-                ok &= (res_t[c, jj] <= res_t[c, ii]) | (reach_t[c, jj] <= floor[ii])
+                ok &= (res_t[col, jj] <= res_t[col, ii]) | (reach_t[col, jj] <= floor[ii])
         return ok
 
     kept = np.zeros(0, np.int64)
