@@ -22,7 +22,7 @@ import numpy as np
 from flax import serialization
 
 from hetjax.agents import batch_fit, dagger, ppo, teachers
-from hetjax.errors import CheckpointError
+from hetjax.errors import CheckpointError, PlanError
 from hetjax.io import atomic_write_bytes, write_csv, write_json
 
 __all__ = ["Trainer", "key_streams", "save_checkpoint", "load_checkpoint"]
@@ -74,6 +74,11 @@ class Trainer:
     """Runs (or resumes) a training job in `out_dir`."""
 
     def __init__(self, config: ppo.PPOConfig, out_dir, *, chunk: int = 10, validation: int = 128):
+        if config.num_updates == 0 and config.imitation_steps == 0:  # before any work
+            raise PlanError(
+                "PPOConfig.num_updates = 0 and imitation_steps = 0: nothing to train (no "
+                "cloning step, no PPO update), so no policy to keep"
+            )
         self.config = config
         self.out = Path(out_dir)
         self.chunk = chunk
