@@ -118,7 +118,10 @@ def test_encode_once_skips_the_block_rows_at_the_batch_step_and_keeps_the_cached
     runner = jax.jit(lambda k: ppo.init_runner(s, k))(jax.random.key(0))
     t_setup = ppo.make_setup(dataclasses.replace(cfg, encode_once=False))
     twice = jax.jit(lambda k: ppo.init_runner(t_setup, k))(jax.random.key(0))
-    assert jax.tree.structure(runner.params) == jax.tree.structure(twice.params)
+    # the same parameters as the twice-encoding network's, and the batch step's row statistics
+    once_only = dict(runner.params["params"])
+    assert set(once_only.pop("from_rows")) == {"kernel"}
+    assert jax.tree.structure(once_only) == jax.tree.structure(dict(twice.params["params"]))
     params = ppo._env_params(s, ppo.sample_platforms(s, jax.random.key(1), 8))
     roll = jax.jit(lambda p, k, e, c: ppo._rollout(s, p, k, e, 0.15, compact=c), static_argnums=3)
     traj = roll(runner.params, jax.random.key(2), params, False)
@@ -126,19 +129,27 @@ def test_encode_once_skips_the_block_rows_at_the_batch_step_and_keeps_the_cached
     small = roll(runner.params, jax.random.key(2), params, True)
     got = jax.jit(lambda p, o: ppo.policy_apply(s, p, o))(runner.params, small.obs)
     np.testing.assert_allclose(np.asarray(got[1]), np.asarray(traj.value), rtol=1e-5, atol=1e-5)
-    # the batch step ignores its block rows; a block step does not
+    # the batch step reads only statistics over the block rows (their order does not matter);
+    # a block step reads each block's embedding
     apply = jax.jit(jax.vmap(s.network.apply, in_axes=(None, 0)))
+    mask = np.asarray(traj.obs.block_mask[0, 0])
+    order = np.arange(mask.size)
+    order[mask] = order[mask][::-1]
     for t in (0, 1):
         obs = jax.tree.map(lambda x, t=t: x[t], traj.obs)
-        noisy = obs.replace(blocks=obs.blocks.at[..., :4].add(1.0))
-        a, b = apply(runner.params, obs), apply(runner.params, noisy)
-        same = all(np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(a, b, strict=True))
+        static = obs.blocks[..., : s.network.block_split]
+        moved = obs.replace(blocks=obs.blocks.at[..., : s.network.block_split].set(
+            static[:, order]))  # fmt: skip
+        a, b = apply(runner.params, obs), apply(runner.params, moved)
+        same = all(np.allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=1e-6)
+                   for x, y in zip(a, b, strict=True))  # fmt: skip
         assert same == (t == 0)
     # the twice-encoding network on the same parameters differs at the batch step only
     flat = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), traj.obs)
     once = np.asarray(apply(runner.params, flat)[1]).reshape(traj.value.shape)
+    shared = {"params": {k: v for k, v in runner.params["params"].items() if k != "from_rows"}}
     other = np.asarray(jax.jit(jax.vmap(t_setup.network.apply, in_axes=(None, 0)))(
-        runner.params, flat)[1]).reshape(traj.value.shape)  # fmt: skip
+        shared, flat)[1]).reshape(traj.value.shape)  # fmt: skip
     np.testing.assert_array_equal(once[1:], other[1:])
     assert not np.allclose(once[0], other[0])
     legacy = {k: v for k, v in cfg.to_dict().items() if k != "encode_once"}
