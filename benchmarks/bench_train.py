@@ -47,10 +47,8 @@ def _block(tree):
 
 
 # the settings an encoder is timed with besides `encoder` (the episode encoder's block
-# embeddings are 64 wide, as `hetjax train --teacher none` trains it); "episode_once" is the
-# episode encoder with `encode_once` (no block encoding at the batch step)
+# embeddings are 64 wide, as `hetjax train --teacher none` trains it)
 ENCODER_SETTINGS = {"deepsets": {}, "attention": {}, "episode": {"width": 64},
-                    "episode_once": {"encoder": "episode", "width": 64, "encode_once": True},
                     "device": {"width": 64}}  # fmt: skip
 
 
@@ -65,11 +63,9 @@ SETTINGS = {
 }  # fmt: skip
 
 
-def bench_updates(base: ppo.PPOConfig, num_envs: int, repeats: int, chunk: int,
-                  name: str | None = None) -> dict:  # fmt: skip
+def bench_updates(base: ppo.PPOConfig, num_envs: int, repeats: int, chunk: int) -> dict:
     """Timed PPO updates as the trainer runs them (one jitted `lax.scan` over `chunk`
-    updates, `trainer.Trainer`'s chunk) and timed rollout-only at `num_envs`; the row's
-    "encoder" is `name` (default: the config's encoder)."""
+    updates, `trainer.Trainer`'s chunk) and timed rollout-only at `num_envs`."""
     config = dataclasses.replace(base, num_envs=num_envs, imitation_steps=0, bc_coef=0.0)
     setup = ppo.make_setup(config)
     runner = jax.jit(lambda k: ppo.init_runner(setup, k))(jax.random.key(0))
@@ -103,9 +99,8 @@ def bench_updates(base: ppo.PPOConfig, num_envs: int, repeats: int, chunk: int,
                       min_time=0.5)  # fmt: skip
     steps = num_envs * setup.episode_len
     return {
-        "encoder": name or config.encoder,
+        "encoder": config.encoder,
         "width": config.width,
-        "encode_once": config.encode_once,
         "num_envs": num_envs,
         "update_epochs": config.update_epochs,
         "num_minibatches": config.num_minibatches,
@@ -183,10 +178,10 @@ def main(argv=None) -> None:
     for setting in args.settings:
         for n in args.num_envs:
             for enc in args.encoders:
-                cfg = dataclasses.replace(base, **SETTINGS[setting],
-                                          **{"encoder": enc, **ENCODER_SETTINGS[enc]})  # fmt: skip
+                cfg = dataclasses.replace(base, encoder=enc, **SETTINGS[setting],
+                                          **ENCODER_SETTINGS[enc])  # fmt: skip
                 rows.append({"settings": setting,
-                             **bench_updates(cfg, n, args.repeats, args.chunk, enc)})  # fmt: skip
+                             **bench_updates(cfg, n, args.repeats, args.chunk)})  # fmt: skip
                 console.print(f"{setting}, {enc}, num_envs={n}: "
                               f"{rows[-1]['train_steps_per_s']:,.0f} env steps/s "
                               f"(load {os.getloadavg()[0]:.1f})")  # fmt: skip

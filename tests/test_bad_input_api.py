@@ -210,8 +210,6 @@ CASES = [
      ("descriptors", "raw")),
     ("env-descriptors", lambda: hj.env.PlacementEnv(descriptors="raw"), hj.PlanError,
      ("descriptors", "raw")),
-    ("ppo-encode-once", lambda: hj.agents.PPOConfig(encode_once=True), hj.PlanError,
-     ("encode_once", "deepsets")),
     ("trainer-nothing-to-train", lambda out: hj.agents.Trainer(
         hj.agents.PPOConfig(num_updates=0, imitation_steps=0), out / "run"), hj.PlanError,
      ("num_updates = 0", "imitation_steps = 0")),

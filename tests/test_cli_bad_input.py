@@ -83,7 +83,6 @@ CASES = [
     (["train", "--advantage", "td"], ["--advantage", "td"]),
     (["train", "--encoder", "lstm"], ["--encoder", "lstm"]),
     (["train", "--descriptors", "raw"], ["--descriptors", "raw"]),
-    (["train", "--encode-once"], ["--encode-once", "deepsets"]),
     (["train", "--teacher", "none", "--num-updates", "0"], ["num_updates = 0"]),
     (["train", "--teacher", "oracle"], ["--teacher", "oracle"]),
     (["train", "--teacher", "none", "--imitation-steps", "5"], ["imitation_steps", "5"]),

@@ -107,59 +107,6 @@ def test_what_is_encoded_does_not_change_after_the_batch_step(setup, rollout):
         assert not np.allclose(cur[0][chose_other], cur[1][chose_other])
 
 
-def test_encode_once_skips_the_block_rows_at_the_batch_step_and_keeps_the_cached_path():
-    """`encode_once=True`: the batch step's context has no block embeddings, so its logits and
-    value do not depend on the block rows, and the cached paths (the rollout's, the update's on
-    whole and on compact episodes) still equal the full recomputation. The parameters have the
-    same structure as the twice-encoding network's; old config files load with False."""
-    cfg = dataclasses.replace(EPISODE, encode_once=True, load_features=True)
-    s = ppo.make_setup(cfg)
-    assert s.network.encode_once and s.env.feature_layout["phase"].start == s.network.phase_col
-    runner = jax.jit(lambda k: ppo.init_runner(s, k))(jax.random.key(0))
-    t_setup = ppo.make_setup(dataclasses.replace(cfg, encode_once=False))
-    twice = jax.jit(lambda k: ppo.init_runner(t_setup, k))(jax.random.key(0))
-    # the same parameters as the twice-encoding network's, and the batch step's row statistics
-    once_only = dict(runner.params["params"])
-    assert set(once_only.pop("from_rows")) == {"kernel"}
-    assert jax.tree.structure(once_only) == jax.tree.structure(dict(twice.params["params"]))
-    params = ppo._env_params(s, ppo.sample_platforms(s, jax.random.key(1), 8))
-    roll = jax.jit(lambda p, k, e, c: ppo._rollout(s, p, k, e, 0.15, compact=c), static_argnums=3)
-    traj = roll(runner.params, jax.random.key(2), params, False)
-    check_cached_path(s, (runner, params, traj))
-    small = roll(runner.params, jax.random.key(2), params, True)
-    got = jax.jit(lambda p, o: ppo.policy_apply(s, p, o))(runner.params, small.obs)
-    np.testing.assert_allclose(np.asarray(got[1]), np.asarray(traj.value), rtol=1e-5, atol=1e-5)
-    # the batch step reads only statistics over the block rows (their order does not matter);
-    # a block step reads each block's embedding
-    apply = jax.jit(jax.vmap(s.network.apply, in_axes=(None, 0)))
-    mask = np.asarray(traj.obs.block_mask[0, 0])
-    order = np.arange(mask.size)
-    order[mask] = order[mask][::-1]
-    for t in (0, 1):
-        obs = jax.tree.map(lambda x, t=t: x[t], traj.obs)
-        static = obs.blocks[..., : s.network.block_split]
-        moved = obs.replace(blocks=obs.blocks.at[..., : s.network.block_split].set(
-            static[:, order]))  # fmt: skip
-        a, b = apply(runner.params, obs), apply(runner.params, moved)
-        same = all(np.allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=1e-6)
-                   for x, y in zip(a, b, strict=True))  # fmt: skip
-        assert same == (t == 0)
-    # the twice-encoding network on the same parameters differs at the batch step only
-    flat = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), traj.obs)
-    once = np.asarray(apply(runner.params, flat)[1]).reshape(traj.value.shape)
-    shared = {"params": {k: v for k, v in runner.params["params"].items() if k != "from_rows"}}
-    other = np.asarray(jax.jit(jax.vmap(t_setup.network.apply, in_axes=(None, 0)))(
-        shared, flat)[1]).reshape(traj.value.shape)  # fmt: skip
-    np.testing.assert_array_equal(once[1:], other[1:])
-    assert not np.allclose(once[0], other[0])
-    legacy = {k: v for k, v in cfg.to_dict().items() if k != "encode_once"}
-    assert ppo.PPOConfig.from_dict(legacy).encode_once is False
-    with pytest.raises(hj.PlanError, match="encode_once"):
-        dataclasses.replace(cfg, encode_once=1)
-    with pytest.raises(hj.PlanError, match="encode_once.*encoder='deepsets'"):
-        dataclasses.replace(cfg, encoder="deepsets")
-
-
 @pytest.mark.parametrize("load_features", [False, True])
 def test_compact_episodes_give_what_the_full_observations_give(setup, rollout, load_features):
     """`_rollout(..., compact=True)` (what the update gathers its minibatches from) stores the

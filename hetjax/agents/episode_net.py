@@ -13,16 +13,11 @@ obs)`, the full recomputation that the cached path equals.
 
 The static block rows change once per episode, when the first action picks the batch (they
 are read at the chosen batch), so a rollout encodes twice per episode: at the batch step and
-at the first block step (`ppo._rollout`, `ppo.policy_apply`). With `encode_once=True` the
-batch step does not run the block encoder (its context has zero block embeddings: the batch
-decision sees the static features, whose batch table sums the blocks' times at every batch,
-the dynamic ones, and the mean, max and min of the block rows over the real blocks, one
-linear layer `from_rows`), so the block encoder runs once per episode, at the first block step
-(`encode_static(obs, batch_step=True)` is the batch step's context). `encode_static` and
-`step_dynamic` are the same two parts on an observation's `static_view` / `dynamic_view` (the
-columns each reads): the update stores whole episodes as the static part of those two steps
-and the dynamic part of every step (`ppo.EpisodeObs`, about a third of the observations), so
-its minibatch gathers move a third of the memory.
+at the first block step (`ppo._rollout`, `ppo.policy_apply`). `encode_static` and `step_dynamic`
+are the same two parts on an observation's `static_view` / `dynamic_view` (the columns each
+reads): the update stores whole episodes as the static part of those two steps and the dynamic
+part of every step (`ppo.EpisodeObs`, about a third of the observations), so its minibatch
+gathers move a third of the memory.
 """
 
 from __future__ import annotations
@@ -106,12 +101,6 @@ class EpisodeActorCritic(nn.Module):
     # those groups are read once per episode (the encoder before 2026-11-26's fix, kept for
     # the checkpoints trained with it: `PPOConfig.episode_dynamic_formats`)
     static_end: int | None = None
-    # True: the batch step's context has no block embeddings, only a linear term of the block
-    # rows' mean, max and min (the block encoder runs once per episode, at the first block
-    # step); False: the batch step encodes the block rows too, at the first allowed batch (the
-    # encoder before 2026-11-27, every run trained until then)
-    encode_once: bool = False
-    phase_col: int = 0  # the "phase" column of Observation.features (1 at the batch step)
 
     @property
     def static_to(self) -> int | None:
@@ -129,8 +118,6 @@ class EpisodeActorCritic(nn.Module):
         self.from_summary = nn.Dense(self.head_width, use_bias=False)
         if self.share_from is not None:
             self.from_load = nn.Dense(self.head_width, use_bias=False)
-        if self.encode_once:  # the batch step's view of the blocks: their rows' mean and max
-            self.from_rows = nn.Dense(self.head_width, use_bias=False)
         self.pi_hidden = nn.Dense(self.head_width)
         self.pi_out = nn.Dense(self.num_actions, kernel_init=nn.initializers.orthogonal(0.01))
         self.v_hidden = nn.Dense(self.head_width)
@@ -138,45 +125,20 @@ class EpisodeActorCritic(nn.Module):
 
     def encode(self, obs) -> EpisodeContext:
         """The per-episode part of one observation (any step of the episode after the batch
-        step gives the same context; the batch step's differs by the batch, and with
-        `encode_once` has no block embeddings)."""
-        ctx = self.encode_static(static_view(self, obs))
-        if not self.encode_once:
-            return ctx
-        first = self.encode_static(static_view(self, obs), batch_step=True)
-        at_batch = obs.features[self.phase_col] > 0.5
-        return jax.tree.map(lambda a, b: jnp.where(at_batch, a, b), first, ctx)
+        step gives the same context; the batch step's differs by the batch)."""
+        return self.encode_static(static_view(self, obs))
 
-    def encode_static(self, obs, batch_step: bool = False) -> EpisodeContext:
-        """`encode` of an observation's `static_view`; `batch_step` (a Python bool): the
-        observation is an episode's batch step (with `encode_once`, its context without the
-        block encoder; otherwise no difference)."""
+    def encode_static(self, obs) -> EpisodeContext:
+        """`encode` of an observation's `static_view`."""
         mask = obs.block_mask
         m = mask.shape[0]
         n_real = jnp.maximum(mask.sum(), 1).astype(jnp.float32)
-        share = None
-        if self.share_from is not None:
-            share = obs.blocks[:, self.share_from : self.share_from + self.d_max]
-        if batch_step and self.encode_once:
-            pooled = jnp.concatenate([jnp.zeros(2 * self.width, obs.features.dtype),
-                                      obs.features])  # fmt: skip
-            rows = jnp.where(mask[:, None], obs.blocks, 0.0)
-            low = jnp.min(jnp.where(mask[:, None], obs.blocks, jnp.inf), 0)
-            stats = jnp.concatenate([
-                rows.sum(0) / n_real,
-                jnp.max(jnp.where(mask[:, None], obs.blocks, -jnp.inf), 0),
-                low,
-            ])  # fmt: skip
-            stats = jnp.where(jnp.isfinite(stats), stats, 0.0)  # no real block: zeros
-            return EpisodeContext(
-                current=jnp.zeros((m, self.head_width), pooled.dtype),
-                key=jnp.zeros((m, self.summary_width), pooled.dtype),
-                platform=self.to_platform(pooled) + self.from_rows(stats), n_real=n_real,
-                share=share,
-            )  # fmt: skip
         x = self.embed2(nn.gelu(self.embed1(obs.blocks)))  # [M, H]
         x = jnp.where(mask[:, None], nn.gelu(x), 0.0)
         pooled = jnp.concatenate([x.sum(0) / n_real, x.sum(0) / m, obs.features])
+        share = None
+        if self.share_from is not None:
+            share = obs.blocks[:, self.share_from : self.share_from + self.d_max]
         return EpisodeContext(
             current=self.to_current(x), key=jnp.where(mask[:, None], self.to_key(x), 0.0),
             platform=self.to_platform(pooled), n_real=n_real, share=share,

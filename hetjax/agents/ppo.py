@@ -160,9 +160,6 @@ class PPOConfig:
     # episode encoder only: the head also reads each device's load so far and the remaining
     # work (exact sums over the block rows, `EpisodeActorCritic.load_features`)
     load_features: bool = False
-    # episode encoder only: the batch step reads no block rows, so the blocks are encoded once
-    # per episode (at the first block step) instead of twice (`EpisodeActorCritic.encode_once`)
-    encode_once: bool = False
     heads: int = 4  # attention encoder only
     layers: int = 2  # attention encoder only
     seed: int = 0
@@ -311,11 +308,9 @@ def _check_config(c: PPOConfig) -> None:
         v = getattr(c, name)
         if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < low:
             bad(name, f"must be an int >= {low}")
-    for name in ("load_features", "episode_dynamic_formats", "encode_once"):
+    for name in ("load_features", "episode_dynamic_formats"):
         if not isinstance(getattr(c, name), bool):
             bad(name, "must be True or False")
-    if c.encode_once and c.encoder != "episode":
-        bad("encode_once", f"needs encoder='episode' (got encoder={c.encoder!r})")
     if isinstance(c.seed, bool) or not isinstance(c.seed, int | np.integer):
         bad("seed", "must be an int")
     for name in _POSITIVE:
@@ -540,7 +535,6 @@ def make_setup(config: PPOConfig) -> Setup:
             else None,
             static_end=env.feature_layout[STATIC_FEATURES_TO].stop
             if config.episode_dynamic_formats and env.formats * env.codes > 1 else None,
-            encode_once=config.encode_once, phase_col=env.feature_layout["phase"].start,
         )  # fmt: skip
     elif config.encoder == "device":
         network = DeviceActorCritic(
@@ -680,22 +674,13 @@ def _step_epsilon(setup: Setup, obs, epsilon, batch_epsilon):
 
 
 def _episode_fns(setup: Setup, net_params, compact: bool = False):
-    """(encode, step, encode_batch_step) of the episode encoder over a batch of environments
-    [E]: on whole observations, or (`compact`) on their `static_view` / `dynamic_view`;
-    `encode_batch_step` encodes batch-step observations (`encode` unless the network encodes
-    once per episode)."""
+    """(encode, step) of the episode encoder over a batch of environments [E]: on whole
+    observations, or (`compact`) on their `static_view` / `dynamic_view`."""
     net = setup.network
     enc, stp = (net.encode_static, net.step_dynamic) if compact else (net.encode, net.step)
     encode = jax.vmap(lambda o: net.apply(net_params, o, method=enc))
     step = jax.vmap(lambda c, o: net.apply(net_params, c, o, method=stp))
-    if not getattr(net, "encode_once", False):
-        return encode, step, encode
-
-    def first(o):
-        o = o if compact else static_view(net, o)
-        return net.apply(net_params, o, method=net.encode_static, batch_step=True)
-
-    return encode, step, jax.vmap(first)
+    return encode, step
 
 
 class EpisodeObs(NamedTuple):
@@ -726,17 +711,16 @@ def policy_apply(setup: Setup, net_params, obs):
 
     Observations [T, E] in episode order (step t of environment e's one episode, as
     `_rollout` stores them, or their `EpisodeObs`) with the "episode" encoder take its cached
-    path, as the rollout did: each episode is encoded at its batch step (with `encode_once`,
-    without its block rows) and at its first block step, and every later step reads the
-    latter. Other shapes, and the other encoders, apply
+    path, as the rollout did: each episode is encoded at its batch step and at its first block
+    step, and every later step reads the latter. Other shapes, and the other encoders, apply
     the network to every observation (the full recomputation, equal to the cached path)."""
     whole = not isinstance(obs, EpisodeObs) and setup.config.encoder in CACHED_ENCODERS
     if whole and obs.current.ndim == 2 and obs.current.shape[0] >= 2:
         obs = episode_obs(setup, obs)
     if isinstance(obs, EpisodeObs):
-        encode, step, encode_first = _episode_fns(setup, net_params, compact=True)
+        encode, step = _episode_fns(setup, net_params, compact=True)
         at = lambda tree, t: jax.tree.map(lambda x: x[t], tree)  # noqa: E731
-        first = step(encode_first(at(obs.static, 0)), at(obs.dynamic, 0))
+        first = step(encode(at(obs.static, 0)), at(obs.dynamic, 0))
         ctx = encode(at(obs.static, 1))
         rest = jax.vmap(lambda o: step(ctx, o))(jax.tree.map(lambda x: x[1:], obs.dynamic))
         return jax.tree.map(lambda a, b: jnp.concatenate([a[None], b]), first, rest)
@@ -753,11 +737,9 @@ def _rollout(setup: Setup, net_params, key, params, epsilon, greedy=False, batch
     `first_action` int32[E] (None: the policy's) forces it.
 
     The "episode" encoder encodes each environment's episode at the batch step and again at
-    the first block step (the static block rows are read at the chosen batch; with
-    `encode_once` the batch step's context has no block embeddings, so only the latter runs
-    the block encoder), then runs only its per-step head. With it, `compact=True` stores the
-    observations as their `EpisodeObs` (what the update reads; about a third of the
-    memory)."""
+    the first block step (the static block rows are read at the chosen batch), then runs only
+    its per-step head. With it, `compact=True` stores the observations as their `EpisodeObs`
+    (what the update reads; about a third of the memory)."""
     env, net = setup.env, setup.network
     n = jax.tree.leaves(params)[0].shape[0]
     k_reset, k_steps = jax.random.split(key)
@@ -765,8 +747,8 @@ def _rollout(setup: Setup, net_params, key, params, epsilon, greedy=False, batch
     cached = setup.config.encoder in CACHED_ENCODERS
     compact = compact and cached
     if cached:
-        encode, apply_step, encode_first = _episode_fns(setup, net_params)
-        ctx = encode_first(obs)
+        encode, apply_step = _episode_fns(setup, net_params)
+        ctx = encode(obs)
     else:
         ctx = None
     # compact: the static part of the batch step's and of the first block step's observations

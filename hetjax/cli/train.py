@@ -113,14 +113,6 @@ def train_cmd(
     encoder: Annotated[
         str | None, typer.Option(help="deepsets | attention | episode | device")
     ] = None,
-    encode_once: Annotated[
-        bool,
-        typer.Option(
-            "--encode-once",
-            help="episode encoder: the batch step reads no block rows, so the blocks are "
-            "encoded once per episode, not twice (faster steps)",
-        ),
-    ] = False,
     formats: Annotated[
         bool,
         typer.Option("--formats", help="each block also picks FP16 / INT8 / INT4 (cost model 2.0)"),
@@ -239,16 +231,11 @@ def train_cmd(
                  formats=3 if formats else None, codes=3 if compression else None,
                  delta=delta, quality_budget=quality_budget,
                  batch_fit_platforms=batch_fit, d_max=d_max,
-                 descriptors=descriptors, encode_once=True if encode_once else None)  # fmt: skip
+                 descriptors=descriptors)  # fmt: skip
     extra = _names(models)
     # --teacher none / a baseline: the from-scratch settings; options given here still win
     settings = teacher_settings(teacher)
     settings.update({k: v for k, v in given.items() if v is not None})
-    if encode_once and settings.get("encoder", "deepsets") != "episode":
-        raise checks.OptionError(
-            f"--encode-once: needs the episode encoder (--encoder episode, or --teacher none "
-            f"or a heuristic); got encoder {settings.get('encoder', 'deepsets')!r}"
-        )
     config = PPOConfig(model=model, models=extra, platform=platform, platforms=more,
                        seed=seed, seq_len=seq_len, dims=tuple(dims.items()), blocks=blocks,
                        granularity=granularity, **settings)  # fmt: skip
