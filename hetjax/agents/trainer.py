@@ -71,7 +71,8 @@ def load_checkpoint(path: Path, template: ppo.RunnerState) -> tuple[ppo.RunnerSt
 
 
 class Trainer:
-    """Runs (or resumes) a training job in `out_dir`."""
+    """Runs (or resumes) a training job in `out_dir`. A config with nothing to train (no
+    cloning step and no PPO update) raises `hj.PlanError` here, before anything is written."""
 
     def __init__(self, config: ppo.PPOConfig, out_dir, *, chunk: int = 10, validation: int = 128):
         if config.num_updates == 0 and config.imitation_steps == 0:  # before any work
