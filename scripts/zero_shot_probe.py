@@ -2,7 +2,8 @@
 
     .venv/bin/python scripts/zero_shot_probe.py [--descriptors absolute|relative] [--seed 0]
         [--spread 2.0] [--steps 3000] [--teacher-platforms 2048] [--test-n 32]
-        [--cache /tmp/zero_shot_probe] [--json FILE]
+        [--cache /tmp/zero_shot_probe] [--json FILE] [--random-models K]
+        [--ties as_solved|lexmin]
 
 Clones (`ppo.make_imitation`, no PPO: a probe, not a job; the default job's deepsets network,
 width 128) the exact optima of `--teacher-platforms` platforms sampled around `edge` and
@@ -15,6 +16,15 @@ and the cloning minibatches; the teacher and test platforms are the same for eve
 teacher's actions and the test optima are cached in `--cache` (they depend on neither the seed
 nor `--descriptors`), so a second variant takes minutes. A probe of one seed moves by points:
 compare variants over seeds (docs/agent.md, "Relative device descriptors").
+
+`--random-models K` adds K randomly shaped Transformers to the training mixture (a sample of
+shapes, `random_configs`: BERT, GPT-2 and LLaMA layouts, 2-24 layers, widths 256-2560; never a
+test model's shape and never a ViT), registered in `hj.graphs.MODELS` for this process only
+under the names `rand-<arch>-<layers>x<width>`. The teacher's platforms stay the same; each
+platform draws its model from the larger mixture.
+
+`--ties lexmin` clones the canonical plan among each teacher plan's ties
+(`PPOConfig.imitation_ties`, `teachers.canonical_ties`) instead of the plan as solved.
 """
 
 from __future__ import annotations
@@ -42,6 +52,36 @@ EXPORTS = {
 TRAIN_MODELS = ("bert-base", "gpt2", "bert-large", "llama-12x1024")
 TEST_MODELS = ("bert-base", "gpt2", "vit-b16", "tinyllama-1.1b", "bert-8x512")
 TEST_PRESETS = ("edge", "soc")
+# (arch, layers, width) of the test models: random training shapes avoid them
+TEST_SHAPES = {("bert", 8, 512), ("llama", 22, 2048), ("vit", 12, 768)}
+WIDTHS = (256, 384, 512, 640, 768, 1024, 1280, 1536, 2048, 2560)
+VOCAB = {"bert": 30522, "gpt2": 50257, "llama": 32000}
+
+
+def random_configs(k: int, seed: int = 0) -> list:
+    """k distinct random `TransformerConfig`s (numpy stream `seed`): arch bert / gpt2 / llama,
+    2-24 layers, a width from WIDTHS with 64-wide heads, d_ff 4 x width (bert, gpt2) or about
+    8/3 x width rounded to 256 with grouped-query attention (llama: 4 or 8 KV heads, or as
+    many as heads); none with a test model's (arch, layers, width)."""
+    rng = np.random.default_rng(seed)
+    out, seen = [], set()
+    while len(out) < k:
+        arch = str(rng.choice(["bert", "gpt2", "llama"]))
+        layers, d = int(rng.integers(2, 25)), int(rng.choice(WIDTHS))
+        if (arch, layers, d) in TEST_SHAPES | seen:
+            continue
+        seen.add((arch, layers, d))
+        heads = d // 64
+        kw = dict(vocab_size=VOCAB[arch], d_ff=4 * d)
+        if arch == "gpt2":
+            kw.update(max_positions=1024, tied_lm_head=True, fused_qkv=True)
+        if arch == "llama":
+            kv = int(rng.choice([h for h in (4, 8, heads) if heads % h == 0]))
+            kw.update(d_ff=int(round(8 * d / 3 / 256)) * 256, max_positions=2048, n_kv_heads=kv)
+        out.append(hj.graphs.TransformerConfig(name=f"rand-{arch}-{layers}x{d}", arch=arch,
+                                               d_model=d, n_layers=layers, n_heads=heads,
+                                               **kw))  # fmt: skip
+    return out
 
 
 def _model(name: str, cache: Path) -> str:
@@ -65,18 +105,28 @@ def main(argv=None) -> dict:
     ap.add_argument("--test-n", type=int, default=32, help="platforms per test pair")
     ap.add_argument("--cache", type=Path, default=Path("/tmp/zero_shot_probe"))
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--random-models", type=int, default=0, help="random shapes to add")
+    ap.add_argument("--random-seed", type=int, default=0)
+    ap.add_argument("--ties", default="as_solved", choices=ppo.TIES)
     args = ap.parse_args(argv)
     args.cache.mkdir(parents=True, exist_ok=True)
     train = [_model(m, args.cache) for m in TRAIN_MODELS]
+    for cfg in random_configs(args.random_models, args.random_seed):
+        hj.graphs.MODELS[cfg.name] = cfg  # this process only
+        train.append(cfg.name)
     config = ppo.PPOConfig(
         model=train[0], models=tuple(train[1:]), platform="edge", platforms=("datacenter",),
         width=128, head_width=64, imitation_steps=args.steps,
         imitation_platforms=args.teacher_platforms, descriptors=args.descriptors,
-        seed=args.seed, spread=args.spread,
+        seed=args.seed, spread=args.spread, imitation_ties=args.ties,
     )  # fmt: skip
     setup = ppo.make_setup(config)
     t0 = time.perf_counter()
     tag = f"{args.teacher_platforms}_spread{args.spread:g}"
+    if args.random_models:
+        tag += f"_random{args.random_models}_{args.random_seed}"
+    if args.ties != "as_solved":
+        tag += f"_{args.ties}"
     cached = args.cache / f"teacher_{tag}.npz"
     key = jax.random.key(0)  # the teacher's platforms: the same for every seed and variant
     platforms = ppo.sample_platforms(setup, jax.random.fold_in(key, 7), args.teacher_platforms)

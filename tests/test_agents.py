@@ -182,8 +182,6 @@ def test_mixed_models_teacher_replay_and_training(setup):
     # training on both models and acting greedily on either: test_train_job_on_mixed_models_*
     with pytest.raises(hj.HetjaxError, match="at most once"):
         ppo.make_setup(dataclasses.replace(TINY, models=("bert-tiny",)))
-    with pytest.raises(hj.HetjaxError, match="one model"):
-        ppo.make_setup(dataclasses.replace(MIXED, imitation_ties="lexmin"))
 
 
 def test_bc_term_keeps_ppo_close_to_the_teacher(setup, teacher):
@@ -409,6 +407,28 @@ def test_canonical_ties_matches_a_plain_python_sweep(mini):
                     x = tied[0]
                     break
         np.testing.assert_array_equal(got[i], x)
+
+
+def test_canonical_ties_with_several_models(setup, mini):
+    """With `models`, each plan is made canonical on its own model, exactly as the one-model
+    sweep of that model makes it, and a shorter model's padding blocks never move."""
+    mini_setup, platforms = mini
+    mixed = ppo.make_setup(dataclasses.replace(MIXED, imitation_ties="lexmin"))
+    rng = np.random.default_rng(1)
+    m_tiny, m_mini = setup.episode_len - 1, mini_setup.episode_len - 1
+    rows = [[0] + list(rng.integers(0, 2, m_mini - 2)) + [0] for _ in range(3)]
+    rows[1][m_tiny:] = [1] * (m_mini - m_tiny)  # bert-tiny's plan: its padding blocks set to 1
+    start = _padded(mixed, rows)
+    models = np.array([1, 0, 1])  # bert-mini, bert-tiny, bert-mini
+    got = agents.canonical_ties(mixed, platforms, [2, 1, 2], start, models=models)
+    want_mini = agents.canonical_ties(mini_setup, platforms, [2, 1, 2], _padded(mini_setup, rows))
+    for i in (0, 2):
+        np.testing.assert_array_equal(got[i, :m_mini], want_mini[i, :m_mini])
+    one = jax.tree.map(lambda x: x[1:2], platforms)
+    want_tiny = agents.canonical_ties(setup, one, [1], _padded(setup, [rows[1][:m_tiny]]))
+    np.testing.assert_array_equal(got[1, :m_tiny], want_tiny[0, :m_tiny])
+    np.testing.assert_array_equal(got[1, m_tiny:], start[1, m_tiny:])  # padding untouched
+    assert (got != start).any()
 
 
 def test_greedy_baseline_advantage_is_return_minus_greedy_return(setup):

@@ -471,9 +471,6 @@ def make_setup(config: PPOConfig) -> Setup:
         raise hj.PlanError(f"imitation_ties={config.imitation_ties!r}: must be one of {TIES}")
     if config.encoder not in ENCODERS:
         raise hj.PlanError(f"encoder={config.encoder!r}: must be one of {ENCODERS}")
-    if config.models and config.imitation_ties != "as_solved":
-        raise hj.PlanError(f"imitation_ties={config.imitation_ties!r} takes one model; "
-                           f"models={config.models!r} trains on several")  # fmt: skip
     if config.dagger_rounds < 0 or config.dagger_platforms < 1 or config.dagger_steps < 1:
         raise hj.PlanError(f"dagger_rounds={config.dagger_rounds} (>= 0), dagger_platforms="
                            f"{config.dagger_platforms} (>= 1), dagger_steps="

@@ -108,16 +108,19 @@ def make_teacher(setup: Setup, key, n: int | None = None, kind: str | None = Non
         plans = jax.jit(jax.vmap(plan_of))(platforms, models)
     index, placement = plan_to_actions(setup, plans, models)
     if c.imitation_ties == "lexmin":
-        placement = canonical_ties(setup, platforms, index, placement)
+        placement = canonical_ties(setup, platforms, index, placement, models=models)
     return teacher_from_plans(setup, platforms, index, placement, models)
 
 
-def canonical_ties(setup: Setup, platforms, batch_index, block_placement, *, rtol: float = 1e-6):
+def canonical_ties(setup: Setup, platforms, batch_index, block_placement, *, models=None,
+                   rtol: float = 1e-6):  # fmt: skip
     """Each teacher plan replaced by the lexicographically smallest block placement among the
     plans tied with it (score within `rtol` relative of its own), found block by block: at
     block j, the smallest device that a change of block j, or a swap of block j with a later
     block, gives without losing the tie. Returns block placements int32[K, m_max] (padding
-    unchanged); the batch choice is kept.
+    unchanged); the batch choice is kept. `models` int32[K] (indices into
+    `setup.model_names`; default all `config.model`): each plan's model, whose real blocks
+    alone are changed or swapped.
 
     Why: exact optima are often not unique. In a model of repeated layers, moving the one layer
     that breaks an alternating GPU/NPU pattern to another layer leaves every metric unchanged,
@@ -128,13 +131,20 @@ def canonical_ties(setup: Setup, platforms, batch_index, block_placement, *, rto
     function of the state. Costs (number of blocks) x (blocks + devices) simulations per plan.
     """
     c = setup.config
-    graph = setup.graph
     m = setup.episode_len - 1
     d = int(np.shape(setup.base.mem_bw)[-1])
     batches = jnp.asarray(c.batches, jnp.float32)
     devices, later = jnp.arange(d), jnp.arange(m)
+    k = int(np.shape(block_placement)[0])
+    mixed = models is not None and setup.mixed
+    models = jnp.asarray(models if mixed else np.zeros(k), jnp.int32)
+    n_blocks = jnp.asarray(np.asarray(setup.graphs.block_mask).sum(-1) if mixed else [m],
+                           jnp.int32)  # [G]: real blocks of each model  # fmt: skip
 
-    def one(platform, bi, x):  # x int32[m_max]
+    def one(platform, g, bi, x):  # x int32[m_max]
+        graph = jax.tree.map(lambda v: v[g], setup.graphs) if mixed else setup.graph
+        live = later < n_blocks[g]  # the model's real blocks
+
         def score(xs):
             batch = jnp.full(xs.shape[0], batches[bi])
             return baselines.candidate_scores(graph, platform, xs, batch, c.weights)
@@ -149,8 +159,8 @@ def canonical_ties(setup: Setup, platforms, batch_index, block_placement, *, rto
             xs = jnp.concatenate([changes, swaps])
             new = jnp.concatenate([devices, x[:m]])  # block j's device in each candidate
             smaller = new < x[j]
-            smaller = smaller & jnp.concatenate([jnp.ones(d, bool), later > j])
-            ok = smaller & (score(xs) >= floor)
+            smaller = smaller & jnp.concatenate([jnp.ones(d, bool), (later > j) & live])
+            ok = smaller & (score(xs) >= floor) & live[j]
             # smallest device at j; then a change before a swap, and the swap with the latest
             # block (it leaves more of the blocks in between as they were, i.e. smaller)
             rank = new * (m + 1) + jnp.concatenate([jnp.zeros(d, jnp.int32), m - later])
@@ -159,10 +169,10 @@ def canonical_ties(setup: Setup, platforms, batch_index, block_placement, *, rto
 
         return jax.lax.fori_loop(0, m, at_block, x)
 
-    k, size = int(np.shape(block_placement)[0]), 64  # platforms per compiled call
+    size = 64  # platforms per compiled call
     pad = lambda v: jnp.concatenate([v, jnp.repeat(v[-1:], -k % size, 0)])  # noqa: E731
     chunks = jax.tree.map(lambda v: pad(jnp.asarray(v)).reshape((-1, size) + v.shape[1:]),
-                          (platforms, jnp.asarray(batch_index, jnp.int32),
+                          (platforms, models, jnp.asarray(batch_index, jnp.int32),
                            jnp.asarray(block_placement, jnp.int32)))  # fmt: skip
     run = jax.jit(jax.vmap(one))
     out = [run(*jax.tree.map(lambda v, i=i: v[i], chunks)) for i in range(-(-k // size))]
