@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -135,15 +137,11 @@ def canonical_ties(setup: Setup, platforms, batch_index, block_placement, *, mod
     d = int(np.shape(setup.base.mem_bw)[-1])
     batches = jnp.asarray(c.batches, jnp.float32)
     devices, later = jnp.arange(d), jnp.arange(m)
-    k = int(np.shape(block_placement)[0])
-    mixed = models is not None and setup.mixed
-    models = jnp.asarray(models if mixed else np.zeros(k), jnp.int32)
-    n_blocks = jnp.asarray(np.asarray(setup.graphs.block_mask).sum(-1) if mixed else [m],
-                           jnp.int32)  # [G]: real blocks of each model  # fmt: skip
+    batch_index = np.asarray(batch_index, np.int32)
+    block_placement = np.asarray(block_placement, np.int32)
 
-    def one(platform, g, bi, x):  # x int32[m_max]
-        graph = jax.tree.map(lambda v: v[g], setup.graphs) if mixed else setup.graph
-        live = later < n_blocks[g]  # the model's real blocks
+    def one(graph, n_real, platform, bi, x):  # x int32[m_max]; n_real: the model's real blocks
+        live = later < n_real
 
         def score(xs):
             batch = jnp.full(xs.shape[0], batches[bi])
@@ -160,20 +158,32 @@ def canonical_ties(setup: Setup, platforms, batch_index, block_placement, *, mod
             new = jnp.concatenate([devices, x[:m]])  # block j's device in each candidate
             smaller = new < x[j]
             smaller = smaller & jnp.concatenate([jnp.ones(d, bool), (later > j) & live])
-            ok = smaller & (score(xs) >= floor) & live[j]
+            ok = smaller & (score(xs) >= floor)
             # smallest device at j; then a change before a swap, and the swap with the latest
             # block (it leaves more of the blocks in between as they were, i.e. smaller)
             rank = new * (m + 1) + jnp.concatenate([jnp.zeros(d, jnp.int32), m - later])
             best = jnp.argmin(jnp.where(ok, rank, jnp.iinfo(jnp.int32).max))
             return jnp.where(ok.any(), xs[best], x)
 
-        return jax.lax.fori_loop(0, m, at_block, x)
+        return jax.lax.fori_loop(0, n_real, at_block, x)
 
-    size = 64  # platforms per compiled call
-    pad = lambda v: jnp.concatenate([v, jnp.repeat(v[-1:], -k % size, 0)])  # noqa: E731
-    chunks = jax.tree.map(lambda v: pad(jnp.asarray(v)).reshape((-1, size) + v.shape[1:]),
-                          (platforms, models, jnp.asarray(batch_index, jnp.int32),
-                           jnp.asarray(block_placement, jnp.int32)))  # fmt: skip
-    run = jax.jit(jax.vmap(one))
-    out = [run(*jax.tree.map(lambda v, i=i: v[i], chunks)) for i in range(-(-k // size))]
-    return np.concatenate([np.asarray(o) for o in out])[:k]
+    def sweep(run, rows, size: int = 64):  # the plans `rows`, `size` per compiled call
+        n = rows.size
+        calls = np.concatenate([rows, np.repeat(rows[-1:], -n % size)]).reshape(-1, size)
+        out = [run(jax.tree.map(lambda v, i=i: v[i], platforms), batch_index[i],
+                   block_placement[i]) for i in calls]  # fmt: skip
+        return np.concatenate([np.asarray(o) for o in out])[:n]
+
+    k = block_placement.shape[0]
+    if models is None or not setup.mixed:
+        return sweep(jax.jit(jax.vmap(functools.partial(one, setup.graph, m))), np.arange(k))
+    # several models: the plans of each model together, its graph an argument (one program)
+    out = block_placement.copy()
+    models = np.asarray(models)
+    n_blocks = np.asarray(setup.graphs.block_mask).sum(-1)
+    run = jax.jit(jax.vmap(one, in_axes=(None, None, 0, 0, 0)))
+    for g in np.unique(models):
+        rows = np.flatnonzero(models == g)
+        graph = jax.tree.map(lambda v, g=g: v[g], setup.graphs)
+        out[rows] = sweep(functools.partial(run, graph, jnp.int32(n_blocks[g])), rows)
+    return out
