@@ -1,0 +1,41 @@
+"""scripts/zero_shot_probe.py: the random training shapes it draws, and the docs table of its
+checked-in runs (docs/results/zero_shot/ties_probe.json, docs/agent.md)."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+from load_script import load_script
+
+import hetjax as hj
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_random_shapes_are_distinct_valid_and_never_a_test_model():
+    probe = load_script("scripts/zero_shot_probe.py")
+    configs = probe.random_configs(48, seed=0)
+    assert [c.name for c in configs] == [c.name for c in probe.random_configs(48, seed=0)]
+    assert len({c.name for c in configs}) == 48
+    assert {c.arch for c in configs} == {"bert", "gpt2", "llama"}  # never a ViT
+    for c in configs:
+        assert (c.arch, c.n_layers, c.d_model) not in probe.TEST_SHAPES
+        assert 2 <= c.n_layers <= 24 and c.d_model in probe.WIDTHS
+        assert c.n_heads % c.kv_heads == 0 and c.d_model // c.n_heads == 64
+    graph = hj.graphs.transformer(configs[0])
+    assert int(np.asarray(graph.block_mask).sum()) == 2 * configs[0].n_layers + 2
+    assert probe.random_configs(8, seed=1) != probe.random_configs(8, seed=0)
+
+
+def test_ties_probe_table_is_the_checked_in_runs():
+    doc = json.loads((ROOT / "docs/results/zero_shot/ties_probe.json").read_text())
+    text = (ROOT / "docs/agent.md").read_text()
+    gap = {(r["variant"], r["seed"], x["model"], x["preset"]): x["mean_gap_pct"]
+           for r in doc["runs"] for x in r["rows"]}  # fmt: skip
+    for preset in ("edge", "soc"):
+        for model in ("bert-base", "gpt2", "vit-b16", "tinyllama-1.1b", "bert-8x512"):
+            cells = []
+            for variant in ("as_solved", "lexmin", "random48"):
+                s0, s1 = (gap[variant, seed, model, preset] for seed in (0, 1))
+                cells.append(f"{s0:.2f} / {s1:.2f}")
+            assert " | ".join(cells) + " |" in text, (model, preset)
