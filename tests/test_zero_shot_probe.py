@@ -39,3 +39,20 @@ def test_ties_probe_table_is_the_checked_in_runs():
                 s0, s1 = (gap[variant, seed, model, preset] for seed in (0, 1))
                 cells.append(f"{s0:.2f} / {s1:.2f}")
             assert " | ".join(cells) + " |" in text, (model, preset)
+
+
+def test_lexmin_job_table_is_the_checked_in_reports():
+    """docs/agent.md's table of the seven-model job as solved against lexmin: each cell is the
+    reports' mean greedy gap (best of 17 in brackets)."""
+    res = ROOT / "docs/results/zero_shot"
+    text = (ROOT / "docs/agent.md").read_text()
+    reports = [json.loads((res / f"seven_models_exact{s}_report.json").read_text())
+               for s in ("", "_lexmin")]  # fmt: skip
+    for a, b in zip(*(r["zero_shot"] for r in reports), strict=True):
+        assert (a["model"], a["preset"]) == (b["model"], b["preset"])
+        gaps = [{k: v["mean_gap_pct"] for k, v in e["baselines"].items()} for e in (a, b)]
+        assert gaps[0] == gaps[1]  # the same test platforms
+        cells = [f"{e['policy_greedy']['mean_gap_pct']:.2f} ({e['policy']['mean_gap_pct']:.2f})"
+                 for e in (a, b)]  # fmt: skip
+        row = f"| {a['model']} | {a['preset']} | {cells[0]} | {cells[1]} |"
+        assert row in text.replace("**", ""), row
