@@ -368,16 +368,18 @@ def test_canonical_ties_gives_tied_plans_one_plan(mini):
     a, b = list(base), list(base)
     a[3], b[5] = 1, 1  # the attention block of layer 2, resp. layer 3
     plans = _padded(setup, [a, b])
+    # both plans on each of the 3 platforms, all in one call: rows 2i and 2i + 1 on platform i
+    twice = jax.tree.map(lambda x: jnp.repeat(x, 2, axis=0), platforms)
+    canon = agents.canonical_ties(setup, twice, [3] * 6, np.tile(plans, (3, 1)))
     for i in range(3):
         p = jax.tree.map(lambda x, i=i: x[i], platforms)
         s = _mini_scores(setup, p, plans, 3)
         assert np.isfinite(s).all() and abs(s[0] - s[1]) <= 1e-6 * abs(s[0])  # a real tie
-        twice = jax.tree.map(lambda x: jnp.stack([x, x]), p)
-        canon = agents.canonical_ties(setup, twice, [3, 3], plans)
-        np.testing.assert_array_equal(canon[0], canon[1])
-        assert np.all(_mini_scores(setup, p, canon, 3) >= s[0] - 1e-6 * abs(s[0]))
-        assert tuple(canon[0]) <= tuple(plans[0])  # lexicographically no larger
-        np.testing.assert_array_equal(agents.canonical_ties(setup, twice, [3, 3], canon), canon)
+        pair = canon[2 * i : 2 * i + 2]
+        np.testing.assert_array_equal(pair[0], pair[1])
+        assert np.all(_mini_scores(setup, p, pair, 3) >= s[0] - 1e-6 * abs(s[0]))
+        assert tuple(pair[0]) <= tuple(plans[0])  # lexicographically no larger
+    np.testing.assert_array_equal(agents.canonical_ties(setup, twice, [3] * 6, canon), canon)
 
 
 def test_canonical_ties_matches_a_plain_python_sweep(mini):
