@@ -4,7 +4,7 @@ Pareto front with and without formats.
 
     PYTHONPATH=. .venv/bin/python scripts/formats_report.py [--models bert-base,gpt2,tinyllama-1.1b]
         [--presets edge,soc,datacenter,host3] [--budget 1.0] [--out docs/results/formats]
-        [--time-limit SECONDS] [--resume]
+        [--time-limit SECONDS] [--fp16-time-limit SECONDS] [--resume]
 
 For every (model, preset): `hj.exact.optimal_score` FP16-only and with formats (0, 1, 2) and
 codes (0, 1, 2) within `--budget` accuracy points (default score weights, batches 1..32), the
@@ -21,6 +21,10 @@ ones in the order asked, and keeps its Pareto fronts unless none were drawn yet.
 whose search stopped there has `formats.optimal` false, the best plan found and
 `formats.upper_bound`, a proven upper bound on the optimum's score, with `gap_bound_pct`, the
 most the plan can be below the optimum (%); its baselines' gaps are to the plan found.
+`--fp16-time-limit S` bounds the FP16-only search the same way (`optimal_score(...,
+time_limit=S, limit_fp16=True)`; default: none, exact), for the models and platforms whose
+version-1 search takes hours: a row whose FP16 search stopped has `fp16.optimal` false and
+`fp16.upper_bound`.
 """
 
 from __future__ import annotations
@@ -52,28 +56,36 @@ def _metrics(m) -> dict:
     }
 
 
-def one(model: str, preset: str, budget: float, time_limit: float | None = None) -> dict:
+def _limited(st: dict, time_limit: float | None) -> dict:
+    """A search's optimality, bound and limit (stats of `optimal_score`)."""
+    upper, found = st["upper_bound"], st["score64"]
+    return {"optimal": st["optimal"], "time_limit_s": time_limit, "upper_bound": upper,
+            "gap_bound_pct": float(100 * (upper - found) / abs(upper))}  # fmt: skip
+
+
+def one(model: str, preset: str, budget: float, time_limit: float | None = None,
+        fp16_time_limit: float | None = None) -> dict:  # fmt: skip
     g, p = hj.graphs.transformer(model), hj.hardware.preset(preset)
     ref = hj.evaluate(g, p, hj.reference_plan(g))
     t0 = time.perf_counter()
-    plan16, s16 = hj.exact.optimal_score(g, p)
+    st16: dict = {}
+    plan16, s16 = hj.exact.optimal_score(g, p, stats=st16, time_limit=fp16_time_limit,
+                                         limit_fp16=True)  # fmt: skip
     t16 = time.perf_counter() - t0
     t0 = time.perf_counter()
     st: dict = {}
     plan, s = hj.exact.optimal_score(g, p, **FULL, quality_budget=budget, stats=st,
                                      time_limit=time_limit)  # fmt: skip
     t_fmt = time.perf_counter() - t0
-    upper, found = st["upper_bound"], st["score64"]
     m16, m = hj.evaluate(g, p, plan16), hj.evaluate(g, p, plan)
     fmt = np.asarray(plan.fmt)[np.asarray(g.op_mask)] if plan.fmt is not None else None
     by_fmt = None if fmt is None else np.bincount(fmt, minlength=3).tolist()
     row = {
         "model": model, "preset": preset, "budget": budget,
-        "fp16": {**_metrics(m16), "score": s16, "batch": float(plan16.batch), "search_s": t16},
+        "fp16": {**_metrics(m16), "score": s16, "batch": float(plan16.batch), "search_s": t16,
+                 **({} if fp16_time_limit is None else _limited(st16, fp16_time_limit))},
         "formats": {**_metrics(m), "score": s, "batch": float(plan.batch), "search_s": t_fmt,
-                    "ops_by_format": by_fmt, "optimal": st["optimal"], "time_limit_s": time_limit,
-                    "upper_bound": upper,
-                    "gap_bound_pct": float(100 * (upper - found) / abs(upper))},
+                    "ops_by_format": by_fmt, **_limited(st, time_limit)},
         "baselines": {},
     }  # fmt: skip
     for name, strategy in hj.baselines.STRATEGIES.items():
@@ -84,8 +96,9 @@ def one(model: str, preset: str, budget: float, time_limit: float | None = None)
 
 
 def _found(f: dict) -> str:
-    """The score with formats: the optimum's, or the plan found and the bound where the search
-    stopped at its time limit (rows written before the limit existed are optimal)."""
+    """A row's score (FP16 or with formats): the optimum's, or the plan found and the bound
+    where the search stopped at its time limit (rows written before the limit existed are
+    optimal)."""
     if f.get("optimal", True):
         return f"{f['score']:.3f}"
     return f"{f['score']:.3f} (<= {f['upper_bound']:.3f})"
@@ -137,10 +150,19 @@ def main(argv=None) -> dict:
         default=None,
         help="seconds per search with formats (default: none, every row exact)",
     )
+    ap.add_argument(
+        "--fp16-time-limit",
+        type=float,
+        default=None,
+        help="seconds per FP16-only search (default: none, exact)",
+    )
     args = ap.parse_args(argv)
-    if args.time_limit is not None and not args.time_limit > 0:
-        print(f"error: --time-limit {args.time_limit}: must be seconds > 0", file=sys.stderr)
-        sys.exit(2)
+    for name in ("time_limit", "fp16_time_limit"):
+        value = getattr(args, name)
+        if value is not None and not value > 0:
+            flag = "--" + name.replace("_", "-")
+            print(f"error: {flag} {value}: must be seconds > 0", file=sys.stderr)
+            sys.exit(2)
     path = args.out / "formats.json"
     old = json.loads(path.read_text()) if args.resume and path.exists() else {}
     if old and old.get("budget") != args.budget:
@@ -162,9 +184,11 @@ def main(argv=None) -> dict:
         for preset in args.presets.split(","):
             if (model, preset) in done:
                 continue
-            rows.append(one(model, preset, args.budget, args.time_limit))
+            limits = {} if args.fp16_time_limit is None else {
+                "fp16_time_limit": args.fp16_time_limit}  # fmt: skip
+            rows.append(one(model, preset, args.budget, args.time_limit, **limits))
             r = rows[-1]
-            print(f"{model} {preset}: fp16 {r['fp16']['score']:.4f} ({r['fp16']['search_s']:.1f} "
+            print(f"{model} {preset}: fp16 {_found(r['fp16'])} ({r['fp16']['search_s']:.1f} "
                   f"s), formats {_found(r['formats'])} ({r['formats']['search_s']:.1f} s)",
                   flush=True)  # fmt: skip
             write_json(path, doc)  # after every row: the searches take minutes each
@@ -177,7 +201,7 @@ def main(argv=None) -> dict:
         t.add_column(c, justify="right")
     for r in rows:
         best = min(r["baselines"].items(), key=lambda kv: kv[1]["gap_pct"])
-        t.add_row(r["model"], r["preset"], f"{r['fp16']['score']:.3f}",
+        t.add_row(r["model"], r["preset"], _found(r["fp16"]),
                   _found(r["formats"]),
                   f"{r['fp16']['latency_s'] * 1e3:.2f} -> {r['formats']['latency_s'] * 1e3:.2f}",
                   f"{r['formats']['quality_loss']:.2f}", f"{best[0]} {best[1]['gap_pct']:.1f}",

@@ -316,7 +316,7 @@ def formats() -> tuple[Row, list[Row]]:
     rows = []
     for r in doc["rows"]:
         a, b = r["fp16"], r["formats"]
-        if not b.get("optimal", True):  # rows written before the time limit are exact
+        if not (a.get("optimal", True) and b.get("optimal", True)):  # (older rows: exact)
             continue
         best = min(r["baselines"].items(), key=lambda kv: kv[1]["gap_pct"])
         rows.append([
@@ -341,8 +341,11 @@ def formats_bounded() -> tuple[Row, list[Row]]:
         a, b = r["fp16"], r["formats"]
         done = b.get("optimal", True)
         best = min(r["baselines"].items(), key=lambda kv: kv[1]["gap_pct"])
+        fp16 = f_fixed(a["score"], 3)
+        if not a.get("optimal", True):  # the FP16-only search stopped at its limit too
+            fp16 += f" (found; at most {f_fixed(a['upper_bound'], 3)})"
         rows.append([
-            r["model"], r["preset"], f_fixed(a["score"], 3),
+            r["model"], r["preset"], fp16,
             f_fixed(b["score"], 3) + (" (optimum)" if done else " (found)"),
             f_fixed(b["score"] if done else b["upper_bound"], 3),
             "0" if done else f_fixed(b["gap_bound_pct"], 1),

@@ -177,29 +177,36 @@ def test_score_matches_enumeration(case):
     assert abs(s - case.enum.score) <= RTOL * max(1.0, abs(case.enum.score))
 
 
-def test_a_stopped_search_offers_nothing_and_the_rest_is_unchanged(case):
-    """The version-1 score search with `stop` (what a time limit's seed search passes): stopped
-    at each of its readings in turn it returns no plan and offers the incumbent nothing;
-    never stopped it returns what the search without `stop` returns."""
+def test_a_stopped_search_offers_nothing_bounds_the_optimum_and_the_rest_is_unchanged(case):
+    """The version-1 score search with `stop` (a time limit's): stopped at each of its readings
+    in turn it returns no plan, offers the incumbent nothing and its `bound` is at least the
+    best score at that batch of every enumerated plan (float64 chain model), with no incumbent
+    and with one 5% below that score (the chord bound on); never stopped it returns what the
+    search without `stop` returns."""
     from hetjax.exact._search import Incumbent
     from hetjax.exact._solvers import search_score
 
-    for b in BATCHES:
+    for i, b in enumerate(BATCHES):
         tab = case.problem.tables(b)
         full = search_score(case.problem, tab, Incumbent())
         same = search_score(case.problem, tab, Incumbent(), stop=lambda: False)
-        assert same.labels_per_block == full.labels_per_block
+        assert same.labels_per_block == full.labels_per_block and same.complete
         np.testing.assert_array_equal(same.t, full.t)
-        for stop_at in range(1, 200):
-            reads = iter(range(1, 10**6))
-            inc = Incumbent()
-            part = search_score(case.problem, tab, inc,
-                                stop=lambda r=reads, k=stop_at: next(r) >= k)  # fmt: skip
-            if next(reads) <= stop_at:  # fewer readings than that: it ran to the end
-                assert part.labels_per_block == full.labels_per_block
-                break
-            assert part.t.size == 0 and inc.bp is None  # stopped: no plan, nothing offered
-            assert len(part.levels) < tab.m
+        best = float(case.exact[i, :, 3].max())  # -inf where no plan fits at this batch
+        below = best - 0.05 * abs(best) if np.isfinite(best) else -np.inf
+        for start in (-np.inf, below):
+            for stop_at in range(1, 200):
+                reads = iter(range(1, 10**6))
+                inc = Incumbent()
+                inc.score = start
+                part = search_score(case.problem, tab, inc,
+                                    stop=lambda r=reads, k=stop_at: next(r) >= k)  # fmt: skip
+                if next(reads) <= stop_at:  # fewer readings than that: it ran to the end
+                    assert part.complete
+                    break
+                assert part.t.size == 0 and inc.bp is None  # stopped: no plan, nothing offered
+                assert len(part.levels) < tab.m and not part.complete
+                assert part.bound >= best - 1e-9 * max(1.0, abs(best)), (b, stop_at)
 
 
 def test_dominance_test_stops_between_chunks_and_equals_the_unstopped_one():

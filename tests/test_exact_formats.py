@@ -240,6 +240,14 @@ def test_time_limit_returns_the_best_plan_found_and_a_bound_on_the_optimum():
     v1 = {}
     hj.exact.optimal_score(g, p, BATCHES, stats=v1, time_limit=1e-9)  # version 1: not limited
     assert v1["optimal"] and v1["upper_bound"] == v1["score64"]
+    # unless asked to be: the seeds' plan and the root bounds of the batches not searched
+    cut16 = {}
+    plan16, found16 = hj.exact.optimal_score(g, p, BATCHES, stats=cut16, time_limit=1e-9,
+                                             limit_fp16=True)  # fmt: skip
+    assert found16 <= hj.exact.optimal_score(g, p, BATCHES)[1] + 1e-6
+    assert bool(hj.evaluate(g, p, plan16).feasible)
+    assert cut16["upper_bound"] >= v1["score64"] - 1e-12 and cut16["score64"] <= v1["score64"]
+    assert cut16["optimal"] == (cut16["upper_bound"] <= cut16["score64"])
 
 
 @pytest.mark.parametrize("limit", [0.0, -1.0, float("nan"), "soon"])

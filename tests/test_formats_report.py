@@ -13,7 +13,7 @@ def report(monkeypatch):
     module = load_script("scripts/formats_report.py")
     calls = []
 
-    def one(model, preset, budget, time_limit=None):
+    def one(model, preset, budget, time_limit=None, fp16_time_limit=None):
         calls.append((model, preset))
         if preset == "boom":  # a run killed during this row
             raise KeyboardInterrupt
@@ -21,6 +21,9 @@ def report(monkeypatch):
         f = dict(m)
         if time_limit is not None:  # a search stopped at its limit: the plan found and a bound
             f.update(optimal=False, upper_bound=1.25, gap_bound_pct=20.0, time_limit_s=time_limit)
+        if fp16_time_limit is not None:  # the FP16-only search too
+            m = dict(m, optimal=False, upper_bound=1.5, gap_bound_pct=33.3,
+                     time_limit_s=fp16_time_limit)  # fmt: skip
         return {"model": model, "preset": preset, "budget": budget, "fp16": m,
                 "formats": f, "baselines": {"cem": {"score": 0.9, "gap_pct": 10.0}}}  # fmt: skip
 
@@ -65,12 +68,18 @@ def test_time_limit_rows_print_their_bound_and_a_bad_limit_is_refused(report, tm
     doc = module.main(["--models", "m1", "--presets", "edge", "--out", str(tmp_path),
                        "--time-limit", "30"])  # fmt: skip
     assert doc["rows"][0]["formats"]["time_limit_s"] == 30.0
+    assert doc["rows"][0]["fp16"].get("optimal", True)  # FP16-only: exact unless limited too
     assert "1.000 (<= 1.250)" in capsys.readouterr().out  # the plan found, then the bound
-    for bad in ("0", "-5", "nan"):  # one line, exit 2, before any row
-        calls.clear()
-        with pytest.raises(SystemExit) as exc:
-            module.main(["--out", str(tmp_path / bad), "--time-limit", bad])
-        assert exc.value.code == 2 and calls == []
-        err = capsys.readouterr().err
-        assert err.count("\n") == 1 and f"--time-limit {float(bad)}" in err
-        assert not (tmp_path / bad).exists()
+    doc = module.main(["--models", "m1", "--presets", "soc", "--out", str(tmp_path / "both"),
+                       "--time-limit", "30", "--fp16-time-limit", "60"])  # fmt: skip
+    assert doc["rows"][0]["fp16"]["time_limit_s"] == 60.0
+    assert "fp16 1.000 (<= 1.500)" in capsys.readouterr().out
+    for flag in ("--time-limit", "--fp16-time-limit"):
+        for bad in ("0", "-5", "nan"):  # one line, exit 2, before any row
+            calls.clear()
+            with pytest.raises(SystemExit) as exc:
+                module.main(["--out", str(tmp_path / bad), flag, bad])
+            assert exc.value.code == 2 and calls == []
+            err = capsys.readouterr().err
+            assert err.count("\n") == 1 and f"{flag} {float(bad)}" in err
+            assert not (tmp_path / bad).exists()

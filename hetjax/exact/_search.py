@@ -346,6 +346,11 @@ class SearchResult:
     bottleneck: np.ndarray  # f64[K] s
     e: np.ndarray  # f64[K]  J
     labels_per_block: list[int] = field(default_factory=list)
+    # a "score" search stopped by `stop`: complete is False and bound is an upper bound on the
+    # score of every plan at this batch (inf where it stopped before its first block's labels
+    # were kept: the caller has the root bound)
+    complete: bool = True
+    bound: float = -np.inf
 
     def placements(self, idx) -> np.ndarray:
         """Local block placements int[len(idx), M] of complete labels `idx`."""
@@ -485,7 +490,10 @@ def label_search(
 
     `stop` (a callable; None: never): read before each block after the first, each group's
     dominance test and each chunk of one; when it returns True the search ends with no
-    complete label (the incumbent keeps what it was offered).
+    complete label (the incumbent keeps what it was offered), `complete` False and, in
+    "score" mode, `bound` the largest upper bound of the labels the last finished block kept
+    (a pruned label's completions cannot beat the incumbent, a dominated one's are matched by
+    a kept label's).
 
     mode "score": drop labels whose optimistic score is below `incumbent.score`;
     mode "pareto": drop labels whose optimistic (T, X, E) is weakly dominated by a point of
@@ -511,6 +519,7 @@ def label_search(
     levels: list[_Level] = []
     counts: list[int] = []
     stopped = False
+    level_bound = np.inf  # before block 0's labels are kept: no bound of this search's own
     for j in range(m):
         if j and stop is not None and stop():
             stopped = True
@@ -591,11 +600,14 @@ def label_search(
         mem_p, mem_a = mem_p[sel], mem_a[sel]
         levels.append(_Level(last=last, parent=parent))
         counts.append(int(sel.size))
+        if mode == "score":  # (a kept label's chord bound is valid: it is >= the incumbent)
+            level_bound = float(np.max(ub[sel])) if sel.size else -np.inf
         if sel.size == 0:
             break
     if len(levels) < m or t.size == 0:  # (a stopped search has fewer levels)
         empty = np.zeros(0)
         return SearchResult(levels=levels, t=empty, bottleneck=empty, e=empty,
-                            labels_per_block=counts)  # fmt: skip
+                            labels_per_block=counts, complete=not stopped,
+                            bound=level_bound if stopped else -np.inf)  # fmt: skip
     bott = res.max(1) if n_res else np.zeros(t.size)
     return SearchResult(levels=levels, t=t, bottleneck=bott, e=e, labels_per_block=counts)

@@ -204,6 +204,7 @@ def optimal_score(
     delta: float = 0.0,
     quality_budget: float = float("inf"),
     time_limit: float | None = None,
+    limit_fp16: bool = False,
 ) -> tuple[Plan, float]:
     """The exact SPEC-score optimum of a chain over block placements and the batch set.
 
@@ -225,8 +226,12 @@ def optimal_score(
     in the search's own arithmetic, as `stats["score64"]` for the plan returned) say how far
     from the optimum that plan can be. The search with formats starts from the FP16 optimum's
     devices; under a limit, from the best FP16 plan its search finds in the first half of it.
-    The version-1 search (FP16 only, no codes) always runs to the end (`stats["optimal"]`
-    True).
+    The version-1 search (FP16 only, no codes) runs to the end (`stats["optimal"]` True)
+    unless `limit_fp16` is True: then `time_limit` bounds it too, with the same
+    `stats["optimal"]` and `stats["upper_bound"]` (the largest of the plan's score, the
+    bounds of the batches stopped part way and the root bounds of those not reached). The
+    seeds (dynamic programs and local search) always run: about a second on the built-in
+    models.
     """
     t0 = time.perf_counter()
     _check_b_ref("optimal_score", b_ref)
@@ -264,7 +269,8 @@ def optimal_score(
         if stats is not None:
             stats.update(info, seconds=time.perf_counter() - t0, batch=batch)
         return plan, value
-    inc, per_batch, seed_score, t_seed = _search_v1(problem, batches)
+    deadline = t0 + time_limit if limit_fp16 and time_limit not in (None, math.inf) else None
+    inc, per_batch, seed_score, t_seed, upper = _search_v1(problem, batches, deadline)
     t_seed -= t0
     plan = _plan(problem, inc.bp, inc.batch)
     ref = evaluate(graph, platform, reference_plan(graph, problem.b_ref))
@@ -278,17 +284,20 @@ def optimal_score(
             batch=inc.batch,
             block_placement=expand(problem, inc.bp)[: problem.n_blocks].tolist(),
             per_batch=per_batch,
-            optimal=True,
-            upper_bound=inc.score,
+            optimal=bool(upper <= inc.score),
+            upper_bound=upper,
         )
     return plan, value
 
 
 def _search_v1(problem: ChainProblem, batches, deadline: float | None = None):
     """The version-1 score search over `batches`: (incumbent, per-batch stats, the seeds'
-    score, the `perf_counter()` reading after seeding). `deadline` (a `perf_counter()` value;
-    None: none): the searches stop there and the incumbent holds the best plan found. Raises
-    PlanError when no plan fits the devices' memory."""
+    score, the `perf_counter()` reading after seeding, an upper bound on the optimum's score
+    in the search's float64 arithmetic). `deadline` (a `perf_counter()` value; None: none):
+    the searches stop there and the incumbent holds the best plan found; the bound is then
+    the largest of the incumbent's score, the bounds of the batches stopped part way and the
+    root bounds of those not started. Raises PlanError when no plan fits the devices'
+    memory."""
     tabs = [problem.tables(b) for b in dict.fromkeys(batches)]
     inc = Incumbent()
     for tab in tabs:
@@ -298,26 +307,34 @@ def _search_v1(problem: ChainProblem, batches, deadline: float | None = None):
     stop = None if deadline is None else lambda: time.perf_counter() > deadline
     roots = [root_bound(problem, tab, bounds(tab)) for tab in tabs]
     per_batch = {}
+    open_bounds = []  # upper bounds of the batches whose search did not finish
     for k in np.argsort(roots)[::-1]:
         tab = tabs[k]
         t1 = time.perf_counter()
         if roots[k] < inc.score:
             per_batch[tab.batch] = {"skipped": True, "root_bound": roots[k]}
             continue
-        if stop is not None and stop():
-            break
+        if stop is not None and stop():  # not started: its root bound holds
+            per_batch[tab.batch] = {"skipped": False, "complete": False, "root_bound": roots[k],
+                                    "bound": roots[k]}  # fmt: skip
+            open_bounds.append(roots[k])
+            continue
         res = search_score(problem, tab, inc, stop)
         per_batch[tab.batch] = {
             "skipped": False,
             "root_bound": roots[k],
             "labels_per_block": res.labels_per_block,
             "seconds": time.perf_counter() - t1,
+            "complete": res.complete,
         }
+        if not res.complete:
+            per_batch[tab.batch]["bound"] = min(res.bound, roots[k])
+            open_bounds.append(min(res.bound, roots[k]))
     if inc.bp is None:
         raise PlanError(
             f"batches = {batches}: no block placement fits the devices' memory at any of them"
         )
-    return inc, per_batch, seed_score, t_seed
+    return inc, per_batch, seed_score, t_seed, float(max([inc.score, *open_bounds]))
 
 
 def _pareto_mask(points: np.ndarray, rtol: float = 1e-9, chunk: int = 512) -> np.ndarray:
