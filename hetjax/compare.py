@@ -5,10 +5,22 @@ The command `hetjax compare --model bert-base --platform edge [--samples N] [--o
 DIR/compare.png (per-block times of
 all-on-device-0 vs the optimum, and the Pareto front). With `--samples N` it repeats the
 comparison on N platforms sampled around the preset and reports score gaps to the optimum.
+
+Cost model 2.0 (`formats=`, `codes=` indices into `hj.formats.FORMATS` / `CODES`, `delta=`,
+`quality_budget=`; `--formats --compression --quality-budget B [--delta D]`): every strategy
+and the exact optimum also choose each block's numeric format and transfer code within the
+budget, the scores subtract `delta` per accuracy point, and each row gains `quality_loss`
+(points). The Pareto front drawn stays the FP16-only one (the front with formats takes
+minutes to hours on the built-in models, docs/exact.md), with the score optimum marked.
+`time_limit=` (`--time-limit S`) bounds the exact search (`hj.exact.optimal_score(...,
+time_limit=S, limit_fp16=True)`): where it stops, the last row is the best plan found, named
+"best found", with `optimal` False and `upper_bound` (the search's proven bound), and the
+gaps are to that plan.
 """
 
 from __future__ import annotations
 
+import math
 import time
 
 import jax
@@ -38,15 +50,18 @@ def _timed(fn, *args):
     return out, time.perf_counter() - t0
 
 
-def _row(name, graph, platform, plan, ref, opt_score, wall_s, weights):
+def _row(name, graph, platform, plan, ref, opt_score, wall_s, weights, quality=None):
+    """One strategy's row; `quality` (cost model 2.0: delta, quality_budget) adds the score's
+    quality terms and a `quality_loss` column."""
     m = hj.evaluate(graph, platform, plan)
     base = hj.evaluate(graph, platform, hj.Plan(jnp.zeros_like(plan.placement), plan.batch))
-    s = float(hj.score(m, ref, weights))
+    kw = {} if quality is None else {"delta": quality[0], "quality_budget": quality[1]}
+    s = float(hj.score(m, ref, weights, **kw))
     lat_red = (float(base.latency) - float(m.latency)) / float(base.latency) * 100.0
     std_red = (
         (float(base.layer_time_std) - float(m.layer_time_std)) / float(base.layer_time_std) * 100
     )
-    return dict(
+    row = dict(
         method=name,
         batch=float(plan.batch),
         feasible=bool(m.feasible),
@@ -61,52 +76,84 @@ def _row(name, graph, platform, plan, ref, opt_score, wall_s, weights):
         layer_time_std_reduction_pct=std_red,
         wall_s=wall_s,
     )
+    if quality is not None:
+        row["quality_loss"] = float(m.quality_loss)
+    return row
+
+
+def _quality(formats, codes, delta, quality_budget):
+    """The cost model 2.0 keywords of the strategies and the exact search, and (delta,
+    budget) for the rows; ({}, None) for version 1 (the defaults)."""
+    formats, codes = tuple(int(f) for f in formats), tuple(int(c) for c in codes)
+    if formats == (0,) and codes == (0,) and delta == 0.0 and math.isinf(quality_budget):
+        return {}, None
+    kw = dict(formats=formats, codes=codes, delta=float(delta),
+              quality_budget=float(quality_budget))  # fmt: skip
+    return kw, (float(delta), float(quality_budget))
 
 
 def compare_preset(graph, platform, *, batches=baselines.DEFAULT_BATCHES,
-                   weights=hj.DEFAULT_WEIGHTS, seed: int = 0):  # fmt: skip
-    """Rows (one per strategy, then the optimum), the optimal plan and the Pareto front."""
+                   weights=hj.DEFAULT_WEIGHTS, seed: int = 0, formats=(0,), codes=(0,),
+                   delta: float = 0.0, quality_budget: float = math.inf,
+                   time_limit: float | None = None):  # fmt: skip
+    """Rows (one per strategy, then the optimum), the optimal plan and the Pareto front
+    (FP16 only). Cost model 2.0 and `time_limit` (s): see the module docstring."""
+    kw, quality = _quality(formats, codes, delta, quality_budget)
     ref = hj.evaluate(graph, platform, hj.reference_plan(graph))
     t0 = time.perf_counter()
-    opt_plan, opt_score = exact.optimal_score(graph, platform, batches=batches, weights=weights)
+    info: dict = {}
+    opt_plan, opt_score = exact.optimal_score(graph, platform, batches=batches, weights=weights,
+                                              stats=info, time_limit=time_limit,
+                                              limit_fp16=True, **kw)  # fmt: skip
     opt_wall = time.perf_counter() - t0
     key = jax.random.key(seed)
     rows = []
     for name, strategy in baselines.STRATEGIES.items():
-        plan, wall = _timed(lambda k, s=strategy: s(k, graph, platform, batches, weights=weights),
-                            key)  # fmt: skip
-        rows.append(_row(name, graph, platform, plan, ref, opt_score, wall, weights))
-    rows.append(_row("exact optimum", graph, platform, opt_plan, ref, opt_score, opt_wall,
-                     weights))  # fmt: skip
+        plan, wall = _timed(
+            lambda k, s=strategy: s(k, graph, platform, batches, weights=weights, **kw), key
+        )
+        rows.append(_row(name, graph, platform, plan, ref, opt_score, wall, weights, quality))
+    done = bool(info["optimal"])
+    rows.append(_row("exact optimum" if done else "best found", graph, platform, opt_plan, ref,
+                     opt_score, opt_wall, weights, quality))  # fmt: skip
+    if time_limit is not None:
+        rows[-1].update(optimal=done, upper_bound=float(info["upper_bound"]),
+                        time_limit_s=float(time_limit))  # fmt: skip
     front_plans, front = exact.pareto_front(graph, platform, batches=batches)
     return rows, opt_plan, (front_plans, front)
 
 
 def compare_sampled(graph, base, n: int, *, batches=baselines.DEFAULT_BATCHES,
                     weights=hj.DEFAULT_WEIGHTS, seed: int = 0, spread: float = 2.0,
-                    methods=None):  # fmt: skip
+                    methods=None, formats=(0,), codes=(0,), delta: float = 0.0,
+                    quality_budget: float = math.inf):  # fmt: skip
     """Score gaps to the exact optimum of each strategy (default: all of
-    `baselines.STRATEGIES`, or the names in `methods`) on n platforms sampled around `base`.
+    `baselines.STRATEGIES`, or the names in `methods`) on n platforms sampled around `base`
+    (cost model 2.0: the module docstring; each platform's exact search with formats takes
+    seconds, spread over Ray workers by `hj.exact.optimal_scores`).
 
     Per method: `infeasible_pct` (% of the n platforms where its plan is infeasible, the
     fraction as `infeasible`), `mean_gap_pct` and `median_gap_pct` over the platforms where
     its plan is feasible (None when there are none), `within_1pct` (fraction of all n
     platforms with a feasible plan within 1 % of the optimum) and `wall_s` (seconds, one warm
     batched call). The exact optimum's row is 0 / 0 / 1 with no infeasible platform."""
+    kw, quality = _quality(formats, codes, delta, quality_budget)
+    qkw = {} if quality is None else {"delta": quality[0], "quality_budget": quality[1]}
     platforms = hj.hardware.sample(jax.random.key(seed), n, base=base, spread=spread)
     refs = jax.vmap(lambda p: hj.evaluate(graph, p, hj.reference_plan(graph)))(platforms)
     t0 = time.perf_counter()
-    _, optimum = exact.optimal_scores(graph, platforms, batches, weights)
+    _, optimum = exact.optimal_scores(graph, platforms, batches, weights, **kw)
     opt_wall = time.perf_counter() - t0
     key = jax.random.key(seed + 1)
     out = {}
     for name in methods or baselines.STRATEGIES:
         strategy = baselines.STRATEGIES[name]
-        run = jax.jit(jax.vmap(lambda k, p, s=strategy: s(k, graph, p, batches, weights=weights),
-                               in_axes=(None, 0)))  # fmt: skip
+        run = jax.jit(jax.vmap(
+            lambda k, p, s=strategy: s(k, graph, p, batches, weights=weights, **kw),
+            in_axes=(None, 0)))  # fmt: skip
         plans, wall = _timed(run, key, platforms)
         metrics = jax.vmap(hj.evaluate, in_axes=(None, 0, 0))(graph, platforms, plans)
-        scores = np.asarray(jax.vmap(hj.score, in_axes=(0, 0, None))(metrics, refs, weights))
+        scores = np.asarray(jax.vmap(lambda m, r: hj.score(m, r, weights, **qkw))(metrics, refs))
         out[name] = _gap_summary(gap_pct(scores, optimum), wall)
     out["exact optimum"] = _gap_summary(np.zeros(n), opt_wall)
     return out
@@ -127,8 +174,9 @@ def _gap_summary(gaps, wall_s):
     )
 
 
-def plot(graph, platform, opt_plan, front, path, title):
-    """PNG: per-block time, all-on-device-0 vs the optimum (at its batch), and the front."""
+def plot(graph, platform, opt_plan, front, path, title, label: str = "exact optimum"):
+    """PNG: per-block time, all-on-device-0 vs the optimum (at its batch; `label` names it),
+    and the front."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -143,7 +191,7 @@ def plot(graph, platform, opt_plan, front, path, title):
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(14, 4.5), gridspec_kw={"width_ratios": [2, 1]})
     w = 0.4
     ax1.bar(x - w / 2, np.asarray(m_gpu.block_time)[real] * 1e3, w, label="all on device 0")
-    ax1.bar(x + w / 2, np.asarray(m_opt.block_time)[real] * 1e3, w, label="exact optimum")
+    ax1.bar(x + w / 2, np.asarray(m_opt.block_time)[real] * 1e3, w, label=label)
     ax1.set_xticks(x, ["EAFO"[k] for k in kinds], fontsize=7)
     ax1.set_xlabel("block (E embedding, A attention, F FFN, O other)")
     ax1.set_ylabel("block time (ms per batch)")
@@ -161,7 +209,8 @@ def plot(graph, platform, opt_plan, front, path, title):
     fig.colorbar(sc, ax=ax2, label="energy (J/batch)")
     ax2.set_xlabel("latency (ms per batch)")
     ax2.set_ylabel("throughput (samples/s)")
-    ax2.set_title(f"Pareto front ({len(lat)} plans)")
+    fp16 = opt_plan.fmt is not None or opt_plan.code is not None  # the front stays FP16's
+    ax2.set_title(f"{'FP16 ' if fp16 else ''}Pareto front ({len(lat)} plans)")
     ax2.legend()
     save_figure(fig, path)
     plt.close(fig)

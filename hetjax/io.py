@@ -81,10 +81,12 @@ def read_json(path: str | os.PathLike):
 
 
 def write_csv(path: str | os.PathLike, rows: list[dict]) -> Path:
-    """Atomically write a list of flat dicts as CSV (columns from the first row)."""
+    """Atomically write a list of flat dicts as CSV: the columns of the first row, then any
+    other row's new keys in the order met (empty where a row lacks one)."""
     buf = io.StringIO()
     if rows:
-        writer = csv.DictWriter(buf, fieldnames=list(rows[0]))
+        names = list(dict.fromkeys(k for row in rows for k in row))
+        writer = csv.DictWriter(buf, fieldnames=names, restval="")
         writer.writeheader()
         writer.writerows(rows)
     return atomic_write_text(path, buf.getvalue())

@@ -63,6 +63,11 @@ CASES = [
     (["compare", "--model", "bert-huge"], ["--model", "bert-huge"]),
     (["compare", "--platform", "neg.json"], ["--platform", "neg.json"]),
     (["compare", "--seq-len", "0"], ["--seq-len", "0"]),
+    (["compare", "--quality-budget", "1"], ["--quality-budget", "1.0", "--formats"]),
+    (["compare", "--delta", "0.1"], ["--delta", "0.1", "--compression"]),
+    (["compare", "--formats", "--quality-budget", "-1"], ["--quality-budget", "-1.0"]),
+    (["compare", "--formats", "--time-limit", "0"], ["--time-limit", "0.0"]),
+    (["compare", "--formats", "--time-limit", "nan"], ["--time-limit", "nan"]),
     # train
     (["train", "--num-envs", "0"], ["--num-envs", "0"]),
     (["train", "--granularity", "layer"], ["--granularity", "layer"]),

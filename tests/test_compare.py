@@ -50,6 +50,30 @@ def test_preset_rows_are_consistent(tiny):
     assert not dominated.any()
 
 
+def test_formats_and_codes_within_the_budget(tiny):
+    """Cost model 2.0: every strategy and the optimum choose formats and codes within the
+    budget; the optimum is `optimal_score`'s with formats and nobody beats it; a time limit
+    that stops the search names the last row "best found" with a bound at least its score."""
+    graph, platform = tiny
+    q = dict(formats=(0, 1, 2), codes=(0, 1, 2), delta=0.05, quality_budget=0.5)
+    rows, opt_plan, _ = compare.compare_preset(graph, platform, **q)
+    _, want = hj.exact.optimal_score(graph, platform, hj.baselines.DEFAULT_BATCHES, **q)
+    opt = rows[-1]
+    assert opt["method"] == "exact optimum" and opt["score"] == pytest.approx(want, abs=1e-6)
+    assert opt_plan.fmt is not None and "optimal" not in opt  # no limit: no bound columns
+    for r in rows:
+        assert 0.0 <= r["quality_loss"] <= 0.5 + 1e-6 and r["gap_pct"] >= 0.0
+        assert r["score"] <= opt["score"] + 1e-5
+    assert any(r["quality_loss"] > 0 for r in rows)  # formats are used
+    cut, _, _ = compare.compare_preset(graph, platform, time_limit=1e-9, **q)
+    last = cut[-1]
+    assert last["time_limit_s"] == 1e-9 and last["upper_bound"] >= want - 1e-6
+    assert last["method"] == ("exact optimum" if last["optimal"] else "best found")
+    # version 1 rows have no quality column (the CSV of earlier runs)
+    v1, _, _ = compare.compare_preset(graph, platform)
+    assert "quality_loss" not in v1[0]
+
+
 def test_sampled_summary(tiny):
     graph, platform = tiny
     out = compare.compare_sampled(graph, platform, 3, seed=1, methods=("all_gpu", "greedy_eft"))
@@ -128,3 +152,13 @@ def test_cli_writes_json_csv_png(tmp_path, monkeypatch, capsys):
     assert doc["sampled"]["methods"]["oversized"]["infeasible_pct"] == 100.0
     assert (tmp_path / "compare.csv").read_text().startswith("method,")
     assert (tmp_path / "compare.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_csv_columns_are_every_rows_keys_in_order(tmp_path):
+    """compare.csv with a time limit: the last row's bound columns follow the shared ones,
+    empty in the rows that lack them."""
+    from hetjax.io import write_csv
+
+    rows = [{"method": "a", "score": 1.0}, {"method": "b", "score": 2.0, "upper_bound": 3.0}]
+    text = write_csv(tmp_path / "x.csv", rows).read_text().splitlines()
+    assert text == ["method,score,upper_bound", "a,1.0,", "b,2.0,3.0"]

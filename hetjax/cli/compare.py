@@ -26,14 +26,53 @@ def compare_cmd(
     seed: Annotated[int, typer.Option(help="PRNG seed")] = 0,
     dim: DimOpt = None,
     blocks: BlocksOpt = None,
+    formats: Annotated[
+        bool,
+        typer.Option("--formats", help="each block also picks FP16 / INT8 / INT4 (cost model 2.0)"),
+    ] = False,
+    compression: Annotated[
+        bool,
+        typer.Option(
+            "--compression", help="each block also picks a transfer code: none / 8-bit / 4-bit"
+        ),
+    ] = False,
+    quality_budget: Annotated[
+        float | None,
+        typer.Option(help="accuracy points a plan may lose (with --formats / --compression)"),
+    ] = None,
+    delta: Annotated[
+        float | None, typer.Option(help="score lost per accuracy point (default 0)")
+    ] = None,
+    time_limit: Annotated[
+        float | None,
+        typer.Option(
+            help="seconds for the exact search on the preset: past it, the best plan "
+            "found and a bound (default: none, exact)"
+        ),  # fmt: skip
+    ] = None,
 ):
     """Every baseline strategy and the exact optimum: table, JSON, CSV and a PNG."""
+    import math
+
     import hetjax as hj
     from hetjax.compare import compare_preset, compare_sampled, plot
     from hetjax.io import write_csv, write_json
 
     checks.at_least("--samples", samples, 0)
     checks.at_least("--seed", seed, 0)
+    checks.at_least("--quality-budget", quality_budget, 0.0)
+    checks.at_least("--delta", delta, 0.0)
+    if (quality_budget is not None or delta is not None) and not (formats or compression):
+        opt = "--quality-budget" if quality_budget is not None else "--delta"
+        raise checks.OptionError(
+            f"{opt} {quality_budget if quality_budget is not None else delta}: "
+            "needs --formats or --compression (FP16 plans lose no quality)"
+        )
+    if time_limit is not None and not (math.isfinite(time_limit) and time_limit > 0):
+        raise checks.OptionError(f"--time-limit {time_limit}: must be seconds > 0")
+    budget = math.inf if quality_budget is None else quality_budget
+    quality = dict(formats=(0, 1, 2) if formats else (0,), delta=delta or 0.0,
+                   codes=(0, 1, 2) if compression else (0,), quality_budget=budget)  # fmt: skip
     dims = checks.parse_dims("--dim", dim)
     graph = checks.model_graph(model, seq_len, dims=dims, blocks=blocks)
     plat, _ = load_platform(platform)
@@ -41,7 +80,8 @@ def compare_cmd(
     checks.writable_dir("--out", out_dir)
     with checks.naming("--model", model):  # the exact optimum needs a chain of blocks
         hj.exact.check_chain(graph, plat)
-    rows, opt_plan, front = compare_preset(graph, plat, seed=seed)
+    rows, opt_plan, front = compare_preset(graph, plat, seed=seed, time_limit=time_limit,
+                                           **quality)  # fmt: skip
     table = Table(title=f"{model} on {platform}: strategies vs the exact optimum")
     cols = [("method", "method", "{}"), ("batch", "batch", "{:g}"),
             ("latency ms", "latency_ms", "{:.3f}"), ("samples/s", "throughput", "{:.1f}"),
@@ -51,14 +91,25 @@ def compare_cmd(
             ("lat. red. %", "latency_reduction_pct", "{:.1f}"),
             ("std red. %", "layer_time_std_reduction_pct", "{:.1f}"),
             ("wall s", "wall_s", "{:.3f}")]  # fmt: skip
+    if "quality_loss" in rows[0]:  # cost model 2.0
+        cols.insert(6, ("quality pt", "quality_loss", "{:.2f}"))
     for head, *_ in cols:
         table.add_column(head, justify="right")
     for r in rows:
         table.add_row(*[fmt.format(r[k]) for _, k, fmt in cols])
     console.print(table)
+    last = rows[-1]
+    if not last.get("optimal", True):
+        console.print(f"the exact search stopped at --time-limit {time_limit:g} s: the last row "
+                      f"is the best plan found; the optimum scores at most "
+                      f"{last['upper_bound']:.4f}")  # fmt: skip
     doc = {"model": model, "platform": platform, "seq_len": seq_len, "preset": rows}
+    if formats or compression:
+        doc["quality"] = {"formats": list(quality["formats"]), "codes": list(quality["codes"]),
+                          "delta": quality["delta"],
+                          "quality_budget": quality_budget}  # fmt: skip
     if samples > 0:
-        summary = compare_sampled(graph, plat, samples, seed=seed)
+        summary = compare_sampled(graph, plat, samples, seed=seed, **quality)
         doc["sampled"] = {"n": samples, "methods": summary}
         t2 = Table(title=f"{samples} platforms sampled around {platform}: gap to optimum")
         for head in ("method", "infeasible %", "mean gap % (feasible)",
@@ -72,5 +123,6 @@ def compare_cmd(
         console.print(t2)
     write_json(out_dir / "compare.json", doc)
     write_csv(out_dir / "compare.csv", rows)
-    plot(graph, plat, opt_plan, front, out_dir / "compare.png", f"{model} on {platform}")
+    plot(graph, plat, opt_plan, front, out_dir / "compare.png", f"{model} on {platform}",
+         label=last["method"])  # fmt: skip
     console.print(f"wrote {out_dir}/compare.json, compare.csv, compare.png")
