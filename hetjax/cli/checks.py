@@ -23,6 +23,7 @@ __all__ = [
     "in_range",
     "one_of",
     "parse_dims",
+    "quality_options",
     "model_graph",
     "platform",
     "writable_dir",
@@ -75,6 +76,19 @@ def in_range(option: str, value, low, high, *, high_open: bool = False) -> None:
 def one_of(option: str, value, choices) -> None:
     if value is not None and value not in choices:
         raise OptionError(f"{option} {value!r}: use one of {', '.join(map(str, choices))}")
+
+
+def quality_options(formats: bool, compression: bool, quality_budget, delta) -> None:
+    """Cost model 2.0's options: `--quality-budget` and `--delta` finite and >= 0, and only
+    with `--formats` or `--compression`."""
+    at_least("--quality-budget", quality_budget, 0.0)
+    at_least("--delta", delta, 0.0)
+    if (quality_budget is not None or delta is not None) and not (formats or compression):
+        opt = "--quality-budget" if quality_budget is not None else "--delta"
+        raise OptionError(
+            f"{opt} {quality_budget if quality_budget is not None else delta}: "
+            "needs --formats or --compression (FP16 plans lose no quality)"
+        )
 
 
 def parse_dims(option: str, items: list[str] | None) -> dict[str, int]:

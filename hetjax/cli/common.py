@@ -19,6 +19,10 @@ __all__ = [
     "DimOpt",
     "BlocksOpt",
     "PlatformOpt",
+    "FormatsOpt",
+    "CompressionOpt",
+    "QualityBudgetOpt",
+    "DeltaOpt",
 ]
 
 # options that every command taking a model or a platform spells the same way
@@ -32,6 +36,22 @@ BlocksOpt = Annotated[
     typer.Option(help="ONNX models: regex whose match on a node name is its block (see docs)"),
 ]
 PlatformOpt = Annotated[str, typer.Option(help="preset name or a platform JSON file")]
+# cost model 2.0's options (`train`, `compare`; checked by `checks.quality_options`)
+FormatsOpt = Annotated[
+    bool,
+    typer.Option("--formats", help="each block also picks FP16 / INT8 / INT4 (cost model 2.0)"),
+]
+CompressionOpt = Annotated[
+    bool,
+    typer.Option(
+        "--compression", help="each block also picks a transfer code: none / 8-bit / 4-bit"
+    ),
+]
+QualityBudgetOpt = Annotated[
+    float | None,
+    typer.Option(help="accuracy points the plan may lose (with --formats / --compression)"),
+]
+DeltaOpt = Annotated[float | None, typer.Option(help="score lost per accuracy point (default 0)")]
 
 
 PLACEMENTS = ("all-0", "all-1", "alternate", "by-class")

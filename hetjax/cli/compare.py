@@ -11,7 +11,17 @@ from rich.table import Table
 
 from hetjax.cli import checks
 from hetjax.cli.app import app, console
-from hetjax.cli.common import BlocksOpt, DimOpt, ModelOpt, PlatformOpt, load_platform
+from hetjax.cli.common import (
+    BlocksOpt,
+    CompressionOpt,
+    DeltaOpt,
+    DimOpt,
+    FormatsOpt,
+    ModelOpt,
+    PlatformOpt,
+    QualityBudgetOpt,
+    load_platform,
+)
 
 __all__ = ["compare_cmd"]
 
@@ -26,23 +36,10 @@ def compare_cmd(
     seed: Annotated[int, typer.Option(help="PRNG seed")] = 0,
     dim: DimOpt = None,
     blocks: BlocksOpt = None,
-    formats: Annotated[
-        bool,
-        typer.Option("--formats", help="each block also picks FP16 / INT8 / INT4 (cost model 2.0)"),
-    ] = False,
-    compression: Annotated[
-        bool,
-        typer.Option(
-            "--compression", help="each block also picks a transfer code: none / 8-bit / 4-bit"
-        ),
-    ] = False,
-    quality_budget: Annotated[
-        float | None,
-        typer.Option(help="accuracy points a plan may lose (with --formats / --compression)"),
-    ] = None,
-    delta: Annotated[
-        float | None, typer.Option(help="score lost per accuracy point (default 0)")
-    ] = None,
+    formats: FormatsOpt = False,
+    compression: CompressionOpt = False,
+    quality_budget: QualityBudgetOpt = None,
+    delta: DeltaOpt = None,
     time_limit: Annotated[
         float | None,
         typer.Option(
@@ -60,14 +57,7 @@ def compare_cmd(
 
     checks.at_least("--samples", samples, 0)
     checks.at_least("--seed", seed, 0)
-    checks.at_least("--quality-budget", quality_budget, 0.0)
-    checks.at_least("--delta", delta, 0.0)
-    if (quality_budget is not None or delta is not None) and not (formats or compression):
-        opt = "--quality-budget" if quality_budget is not None else "--delta"
-        raise checks.OptionError(
-            f"{opt} {quality_budget if quality_budget is not None else delta}: "
-            "needs --formats or --compression (FP16 plans lose no quality)"
-        )
+    checks.quality_options(formats, compression, quality_budget, delta)
     if time_limit is not None and not (math.isfinite(time_limit) and time_limit > 0):
         raise checks.OptionError(f"--time-limit {time_limit}: must be seconds > 0")
     budget = math.inf if quality_budget is None else quality_budget

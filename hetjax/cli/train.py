@@ -12,7 +12,16 @@ from rich.table import Table
 
 from hetjax.cli import checks
 from hetjax.cli.app import app, console
-from hetjax.cli.common import BlocksOpt, DimOpt, ModelOpt, metrics_rows
+from hetjax.cli.common import (
+    BlocksOpt,
+    CompressionOpt,
+    DeltaOpt,
+    DimOpt,
+    FormatsOpt,
+    ModelOpt,
+    QualityBudgetOpt,
+    metrics_rows,
+)
 
 __all__ = ["train_cmd", "place_cmd"]
 
@@ -113,23 +122,10 @@ def train_cmd(
     encoder: Annotated[
         str | None, typer.Option(help="deepsets | attention | episode | device")
     ] = None,
-    formats: Annotated[
-        bool,
-        typer.Option("--formats", help="each block also picks FP16 / INT8 / INT4 (cost model 2.0)"),
-    ] = False,
-    compression: Annotated[
-        bool,
-        typer.Option(
-            "--compression", help="each block also picks a transfer code: none / 8-bit / 4-bit"
-        ),
-    ] = False,
-    quality_budget: Annotated[
-        float | None,
-        typer.Option(help="accuracy points the plan may lose (with --formats / --compression)"),
-    ] = None,
-    delta: Annotated[
-        float | None, typer.Option(help="score lost per accuracy point (default 0)")
-    ] = None,
+    formats: FormatsOpt = False,
+    compression: CompressionOpt = False,
+    quality_budget: QualityBudgetOpt = None,
+    delta: DeltaOpt = None,
     batch_fit: Annotated[
         int | None,
         typer.Option(
@@ -181,14 +177,7 @@ def train_cmd(
                         ("--d-max", d_max, 1)]:  # fmt: skip
         checks.at_least(opt, v, low)
     checks.in_range("--epsilon", epsilon, 0.0, 1.0, high_open=True)
-    checks.at_least("--quality-budget", quality_budget, 0.0)
-    checks.at_least("--delta", delta, 0.0)
-    if (quality_budget is not None or delta is not None) and not (formats or compression):
-        opt = "--quality-budget" if quality_budget is not None else "--delta"
-        raise checks.OptionError(
-            f"{opt} {quality_budget if quality_budget is not None else delta}: "
-            "needs --formats or --compression (FP16 plans lose no quality)"
-        )
+    checks.quality_options(formats, compression, quality_budget, delta)
     if (formats or compression) and teacher != "none":
         raise checks.OptionError(
             f"--teacher {teacher}: with --formats / --compression the agent learns from "
