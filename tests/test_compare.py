@@ -72,6 +72,18 @@ def test_formats_and_codes_within_the_budget(tiny):
     # version 1 rows have no quality column (the CSV of earlier runs)
     v1, _, _ = compare.compare_preset(graph, platform)
     assert "quality_loss" not in v1[0]
+    # on sampled platforms: the rule's plans with formats against the optimum with formats,
+    # platform by platform as the one-platform calls give them
+    out = compare.compare_sampled(graph, platform, 2, seed=1, methods=("least_loaded",), **q)
+    ps = hj.hardware.sample(jax.random.key(1), 2, base=platform, spread=2.0)
+    gaps = []
+    for p in hj.hardware.unstack(ps):
+        _, best = hj.exact.optimal_score(graph, p, hj.baselines.DEFAULT_BATCHES, **q)
+        plan = hj.baselines.least_loaded(jax.random.key(2), graph, p, **q)
+        ref = hj.evaluate(graph, p, hj.reference_plan(graph))
+        s = float(hj.score(hj.evaluate(graph, p, plan), ref, delta=0.05, quality_budget=0.5))
+        gaps.append(100 * (best - s) / abs(best))
+    assert out["least_loaded"]["mean_gap_pct"] == pytest.approx(float(np.mean(gaps)), abs=1e-3)
 
 
 def test_sampled_summary(tiny):
