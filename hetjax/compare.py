@@ -50,13 +50,12 @@ def _timed(fn, *args):
     return out, time.perf_counter() - t0
 
 
-def _row(name, graph, platform, plan, ref, opt_score, wall_s, weights, quality=None):
-    """One strategy's row; `quality` (cost model 2.0: delta, quality_budget) adds the score's
-    quality terms and a `quality_loss` column."""
+def _row(name, graph, platform, plan, ref, opt_score, wall_s, weights, score_kw=None):
+    """One strategy's row; `score_kw` (cost model 2.0: the score's `delta` and
+    `quality_budget`) adds the quality terms and a `quality_loss` column."""
     m = hj.evaluate(graph, platform, plan)
     base = hj.evaluate(graph, platform, hj.Plan(jnp.zeros_like(plan.placement), plan.batch))
-    kw = {} if quality is None else {"delta": quality[0], "quality_budget": quality[1]}
-    s = float(hj.score(m, ref, weights, **kw))
+    s = float(hj.score(m, ref, weights, **(score_kw or {})))
     lat_red = (float(base.latency) - float(m.latency)) / float(base.latency) * 100.0
     std_red = (
         (float(base.layer_time_std) - float(m.layer_time_std)) / float(base.layer_time_std) * 100
@@ -76,20 +75,19 @@ def _row(name, graph, platform, plan, ref, opt_score, wall_s, weights, quality=N
         layer_time_std_reduction_pct=std_red,
         wall_s=wall_s,
     )
-    if quality is not None:
+    if score_kw:
         row["quality_loss"] = float(m.quality_loss)
     return row
 
 
 def _quality(formats, codes, delta, quality_budget):
-    """The cost model 2.0 keywords of the strategies and the exact search, and (delta,
-    budget) for the rows; ({}, None) for version 1 (the defaults)."""
+    """The cost model 2.0 keywords of the strategies and the exact search, and those of the
+    score (`delta`, `quality_budget`); ({}, {}) for version 1 (the defaults)."""
     formats, codes = tuple(int(f) for f in formats), tuple(int(c) for c in codes)
     if formats == (0,) and codes == (0,) and delta == 0.0 and math.isinf(quality_budget):
-        return {}, None
-    kw = dict(formats=formats, codes=codes, delta=float(delta),
-              quality_budget=float(quality_budget))  # fmt: skip
-    return kw, (float(delta), float(quality_budget))
+        return {}, {}
+    score_kw = dict(delta=float(delta), quality_budget=float(quality_budget))
+    return dict(formats=formats, codes=codes, **score_kw), score_kw
 
 
 def compare_preset(graph, platform, *, batches=baselines.DEFAULT_BATCHES,
@@ -98,7 +96,7 @@ def compare_preset(graph, platform, *, batches=baselines.DEFAULT_BATCHES,
                    time_limit: float | None = None):  # fmt: skip
     """Rows (one per strategy, then the optimum), the optimal plan and the Pareto front
     (FP16 only). Cost model 2.0 and `time_limit` (s): see the module docstring."""
-    kw, quality = _quality(formats, codes, delta, quality_budget)
+    kw, score_kw = _quality(formats, codes, delta, quality_budget)
     ref = hj.evaluate(graph, platform, hj.reference_plan(graph))
     t0 = time.perf_counter()
     info: dict = {}
@@ -112,10 +110,10 @@ def compare_preset(graph, platform, *, batches=baselines.DEFAULT_BATCHES,
         plan, wall = _timed(
             lambda k, s=strategy: s(k, graph, platform, batches, weights=weights, **kw), key
         )
-        rows.append(_row(name, graph, platform, plan, ref, opt_score, wall, weights, quality))
+        rows.append(_row(name, graph, platform, plan, ref, opt_score, wall, weights, score_kw))
     done = bool(info["optimal"])
     rows.append(_row("exact optimum" if done else "best found", graph, platform, opt_plan, ref,
-                     opt_score, opt_wall, weights, quality))  # fmt: skip
+                     opt_score, opt_wall, weights, score_kw))  # fmt: skip
     if time_limit is not None:
         rows[-1].update(optimal=done, upper_bound=float(info["upper_bound"]),
                         time_limit_s=float(time_limit))  # fmt: skip
@@ -137,8 +135,7 @@ def compare_sampled(graph, base, n: int, *, batches=baselines.DEFAULT_BATCHES,
     its plan is feasible (None when there are none), `within_1pct` (fraction of all n
     platforms with a feasible plan within 1 % of the optimum) and `wall_s` (seconds, one warm
     batched call). The exact optimum's row is 0 / 0 / 1 with no infeasible platform."""
-    kw, quality = _quality(formats, codes, delta, quality_budget)
-    qkw = {} if quality is None else {"delta": quality[0], "quality_budget": quality[1]}
+    kw, score_kw = _quality(formats, codes, delta, quality_budget)
     platforms = hj.hardware.sample(jax.random.key(seed), n, base=base, spread=spread)
     refs = jax.vmap(lambda p: hj.evaluate(graph, p, hj.reference_plan(graph)))(platforms)
     t0 = time.perf_counter()
@@ -153,7 +150,8 @@ def compare_sampled(graph, base, n: int, *, batches=baselines.DEFAULT_BATCHES,
             in_axes=(None, 0)))  # fmt: skip
         plans, wall = _timed(run, key, platforms)
         metrics = jax.vmap(hj.evaluate, in_axes=(None, 0, 0))(graph, platforms, plans)
-        scores = np.asarray(jax.vmap(lambda m, r: hj.score(m, r, weights, **qkw))(metrics, refs))
+        score = lambda m, r: hj.score(m, r, weights, **score_kw)  # noqa: E731
+        scores = np.asarray(jax.vmap(score)(metrics, refs))
         out[name] = _gap_summary(gap_pct(scores, optimum), wall)
     out["exact optimum"] = _gap_summary(np.zeros(n), opt_wall)
     return out

@@ -246,11 +246,11 @@ def optimal_score(
     problem = ChainProblem.create(graph, platform, weights, b_ref)
     batches = check_batches(batches)
     fp = _format_problem(problem, formats, codes, delta, quality_budget, "optimal_score")
+    deadline = None if time_limit is None or math.isinf(time_limit) else t0 + time_limit
     if fp is not None:
         info: dict = {}
         # the FP16 optimum's devices seed the incumbent (its formats and codes priced in);
         # under a time limit, the best FP16 plan its search finds in the first half of it
-        deadline = None if time_limit is None or math.isinf(time_limit) else t0 + time_limit
         half = None if deadline is None else t0 + time_limit / 2
         fp16 = _search_v1(problem, batches, half)[0].bp  # local devices int[M]
         sp, batch, _ = _formats.solve_score(fp, batches, info, placements=(fp16,),
@@ -269,8 +269,8 @@ def optimal_score(
         if stats is not None:
             stats.update(info, seconds=time.perf_counter() - t0, batch=batch)
         return plan, value
-    deadline = t0 + time_limit if limit_fp16 and time_limit not in (None, math.inf) else None
-    inc, per_batch, seed_score, t_seed, upper = _search_v1(problem, batches, deadline)
+    inc, per_batch, seed_score, t_seed, upper = _search_v1(problem, batches,
+                                                           deadline if limit_fp16 else None)
     t_seed -= t0
     plan = _plan(problem, inc.bp, inc.batch)
     ref = evaluate(graph, platform, reference_plan(graph, problem.b_ref))
