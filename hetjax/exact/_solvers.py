@@ -269,8 +269,9 @@ def optimal_score(
         if stats is not None:
             stats.update(info, seconds=time.perf_counter() - t0, batch=batch)
         return plan, value
-    inc, per_batch, seed_score, t_seed, upper = _search_v1(problem, batches,
-                                                           deadline if limit_fp16 else None)
+    inc, per_batch, seed_score, t_seed, upper = _search_v1(
+        problem, batches, deadline if limit_fp16 else None
+    )
     t_seed -= t0
     plan = _plan(problem, inc.bp, inc.batch)
     ref = evaluate(graph, platform, reference_plan(graph, problem.b_ref))
