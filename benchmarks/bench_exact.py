@@ -12,7 +12,9 @@ optimum looks like against the best all-on-device-0 plan. Writes benchmarks/resu
 `--formats` instead times cost model 2.0's exact score optimum (formats 0..2 and codes 0..2
 per block, within `--budget` accuracy points) against the FP16-only optimum on every preset,
 both warm (best of `--repeat`) in the same run, and writes
-benchmarks/results/exact_formats.json with the ratio per preset (target: within 10x).
+benchmarks/results/exact_formats.json with the ratio per preset (target: within 10x). Beside
+them, the same two searches with the cost tables off the exact grid (`hetjax.exact._chain.snap`
+patched to an identity: the code before 2026-11-28), in the same run (`--no-baseline`: not).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import platform as host
 import re
 import time
 from pathlib import Path
+from unittest import mock
 
 import jax
 import numpy as np
@@ -81,22 +84,56 @@ def _describe(graph, plan, names, device_names) -> dict:
     return {"block_devices": bp.tolist(), "where": where, "blocks_per_device": counts}
 
 
-def formats_rows(model: str, budget: float, repeat: int, presets=PRESETS) -> list[dict]:
-    """FP16-only vs formats + codes exact score optimum per preset, warm seconds each."""
+def _unsnapped():
+    """The searches with their cost tables left off the exact grid (`_chain.snap` an identity
+    wherever it is called): the code as it was before 2026-11-28, the baseline of `--formats`."""
+    same = lambda x, grid: x  # noqa: E731
+    return mock.patch.multiple("hetjax.exact._formats", snap=same), mock.patch.multiple(
+        "hetjax.exact._chain", snap=same
+    )
+
+
+def formats_rows(model: str, budget: float, repeat: int, presets=PRESETS,
+                 baseline: bool = True) -> list[dict]:  # fmt: skip
+    """FP16-only vs formats + codes exact score optimum per preset, warm seconds each; with
+    `baseline`, both also with unsnapped tables (`_unsnapped`) in the same run."""
     graph = hj.graphs.transformer(model, seq_len=128, granularity="block")
+    kw = dict(formats=(0, 1, 2), codes=(0, 1, 2), quality_budget=budget)
     rows = []
     for name in presets:
         p = hj.hardware.preset(name)
         (plan16, s16), _, w16 = _timed(lambda p=p: ex.optimal_score(graph, p), repeat)
-        kw = dict(formats=(0, 1, 2), codes=(0, 1, 2), quality_budget=budget)
-        (plan, s), cold, w = _timed(lambda p=p, kw=kw: ex.optimal_score(graph, p, **kw), repeat)
+        stats: dict = {}
+        run = lambda p=p, st=stats: ex.optimal_score(graph, p, stats=st, **kw)  # noqa: E731
+        (plan, s), cold, w = _timed(run, repeat)
         m = hj.evaluate(graph, p, plan)
-        rows.append(dict(preset=name, devices=p.d_max, states=p.d_max * 9, fp16_s=w16,
-                         formats_s=w, formats_cold_s=cold, ratio=w / w16, score_fp16=s16,
-                         score_formats=s, quality_loss=float(m.quality_loss)))  # fmt: skip
-        print(f"{name}: FP16 {w16:.2f} s, formats {w:.2f} s (x{w / w16:.1f}); score {s16:.4f}"
-              f" -> {s:.4f}, quality {float(m.quality_loss):.3f}", flush=True)  # fmt: skip
+        row = dict(preset=name, devices=p.d_max, states=p.d_max * 9, fp16_s=w16, formats_s=w,
+                   formats_cold_s=cold, ratio=w / w16, score_fp16=s16, score_formats=s,
+                   quality_loss=float(m.quality_loss), score64=stats["score64"],
+                   peak_labels=_peak_labels(stats))  # fmt: skip
+        line = f"{name}: FP16 {w16:.3f} s, formats {w:.2f} s (x{w / w16:.1f})"
+        if baseline:
+            a, b = _unsnapped()
+            with a, b:
+                _, _, u16 = _timed(lambda p=p: ex.optimal_score(graph, p), repeat)
+                ustats: dict = {}
+                urun = lambda p=p, st=ustats: ex.optimal_score(graph, p, stats=st, **kw)  # noqa: E731
+                _, _, u = _timed(urun, repeat)
+            row.update(fp16_unsnapped_s=u16, formats_unsnapped_s=u, speedup=u / w,
+                       score64_unsnapped=ustats["score64"],
+                       peak_labels_unsnapped=_peak_labels(ustats))  # fmt: skip
+            line += f"; unsnapped FP16 {u16:.3f} s, formats {u:.2f} s (snapping x{u / w:.2f})"
+        rows.append(row)
+        print(line + f"; score {s16:.4f} -> {s:.4f}, quality {float(m.quality_loss):.3f}",
+              flush=True)  # fmt: skip
     return rows
+
+
+def _peak_labels(stats: dict) -> int:
+    """The most labels any block of any searched batch kept."""
+    counts = [max(v["labels_per_block"] or [0]) for v in stats["per_batch"].values()
+              if not v.get("skipped")]  # fmt: skip
+    return int(max(counts, default=0))
 
 
 def main() -> None:
@@ -108,9 +145,12 @@ def main() -> None:
     ap.add_argument("--formats", action="store_true", help="cost model 2.0's timing only")
     ap.add_argument("--budget", type=float, default=1.0, help="quality budget (points)")
     ap.add_argument("--presets", default=",".join(PRESETS))
+    ap.add_argument("--no-baseline", action="store_true",
+                    help="--formats without the unsnapped tables' timings")  # fmt: skip
     args = ap.parse_args()
     if args.formats:
-        rows = formats_rows(args.model, args.budget, args.repeat, args.presets.split(","))
+        rows = formats_rows(args.model, args.budget, args.repeat, args.presets.split(","),
+                            not args.no_baseline)  # fmt: skip
         out = args.out or str(Path(__file__).parent / "results" / "exact_formats.json")
         doc = {"benchmark": "exact_formats", "model": args.model, "budget": args.budget,
                "repeat": args.repeat, "cpu": host.processor() or host.machine(),

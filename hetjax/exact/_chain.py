@@ -25,12 +25,46 @@ from hetjax.graphs.core import validate as validate_graph
 from hetjax.hardware.core import Platform
 from hetjax.hardware.core import validate as validate_platform
 
-__all__ = ["check_chain", "ChainProblem", "Tables", "DEFAULT_BATCHES", "EVAL_CHUNK"]
+__all__ = [
+    "check_chain",
+    "ChainProblem",
+    "Tables",
+    "DEFAULT_BATCHES",
+    "EVAL_CHUNK",
+    "GRID_BITS",
+    "exact_grid",
+    "snap",
+]
 
 DEFAULT_BATCHES = (1, 2, 4, 8, 16, 32)  # samples per batch searched by default
 # Plans per hj.evaluate call wherever hj.exact evaluates many plans (the enumerator, the Pareto
 # front): one shape, so one compilation of the cost model per graph and platform shape.
 EVAL_CHUNK = 256
+
+
+# Costs are rounded to a power-of-two grid on which every sum of a plan's costs is exact, so
+# that the searches' float64 sums do not depend on their order: plans that tie in real
+# arithmetic (bert's identical layers, permuted) then tie exactly, and one label stands for
+# them all. A sum of up to 2M entries of at most v each is below 2^GRID_BITS grid steps of
+# exact_grid(M, ...) (integers up to 2^53 are exact in float64).
+GRID_BITS = 50
+
+
+def exact_grid(m: int, *tables: np.ndarray, lead: int = 0) -> np.ndarray:
+    """The grid step f64[lead shape] (a power of two) of `tables` (sharing their first `lead`
+    axes, problems of M blocks): 2^(ceil(log2(2 M v)) - GRID_BITS) with v the largest finite
+    |entry| of the problem (inf entries are left alone)."""
+    v = np.max([np.where(np.isfinite(x), np.abs(x), 0.0).reshape(*x.shape[:lead], -1).max(-1)
+                for x in tables], axis=0)  # fmt: skip
+    top = np.ceil(np.log2(np.where(v > 0, 2.0 * m * v, 1.0))).astype(np.int64)
+    return np.ldexp(1.0, top - GRID_BITS)
+
+
+def snap(x: np.ndarray, grid: np.ndarray) -> np.ndarray:
+    """`x` rounded to the nearest multiple of `grid` (broadcast over x's leading axes); inf
+    stays inf. Moves each entry by at most half a step: 2^-51 relative to 2 M v."""
+    g = np.reshape(grid, np.shape(grid) + (1,) * (x.ndim - np.ndim(grid)))
+    return np.where(np.isfinite(x), np.round(x / g) * g, x)
 
 
 def _host(tree) -> dict[str, np.ndarray]:
@@ -201,7 +235,8 @@ class ChainProblem:
         )
 
     def tables(self, batch: float) -> Tables:
-        """Per-block cost tables at `batch` samples per batch (float64, SPEC formulas)."""
+        """Per-block cost tables at `batch` samples per batch (float64, SPEC formulas; times
+        and energies on their `exact_grid`)."""
         g, p = _host(self.graph), _host(self.platform)
         dev = self.devices
         b = float(batch)
@@ -249,13 +284,14 @@ class ChainProblem:
         cap = f64(p["mem_capacity"])[dev]
         worst = np.where(legal, blk_params[:, None], 0.0).sum(0)
         worst = worst + b * np.where(legal, blk_act[:, None], 0.0).max(0)
+        g_t, g_e = exact_grid(m, dur, xfer), exact_grid(m, e_dur, e_xfer)
         return Tables(
             batch=b,
             legal=legal,
-            dur=dur,
-            xfer=xfer,
-            e_dur=e_dur,
-            e_xfer=e_xfer,
+            dur=snap(dur, g_t),
+            xfer=snap(xfer, g_t),
+            e_dur=snap(e_dur, g_e),
+            e_xfer=snap(e_xfer, g_e),
             params=blk_params,
             act=blk_act,
             capacity=cap,

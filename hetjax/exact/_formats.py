@@ -22,7 +22,7 @@ from time import perf_counter
 
 import numpy as np
 
-from hetjax.exact._chain import ChainProblem, _host
+from hetjax.exact._chain import ChainProblem, _host, exact_grid, snap
 from hetjax.exact._search import (
     _dominated,
     _front_dominates,
@@ -97,7 +97,8 @@ class FormatProblem:
         return grid[:, 0], grid[:, 1], grid[:, 2]
 
     def tables(self, batch: float) -> StateTables:
-        """Cost tables at `batch` (float64, the SPEC 2.0 formulas)."""
+        """Cost tables at `batch` (float64, the SPEC 2.0 formulas; times, energies and quality
+        on their `exact_grid`)."""
         pr = self.chain
         g, p = _host(pr.graph), _host(pr.platform)
         dev_ids = pr.devices
@@ -174,6 +175,15 @@ class FormatProblem:
         qual = fmt_loss[:, sfmt]
         q_xfer = np.zeros((m, n_s, n_s))
         q_xfer[1:] = np.where(cross[None], code_loss[:-1, scode][:, :, None], 0.0)
+        g_t, g_e, g_q = (exact_grid(m, dur, xfer), exact_grid(m, e_dur, e_xfer),
+                         exact_grid(m, qual, q_xfer))  # fmt: skip
+        dur, xfer, e_dur, e_xfer = (
+            snap(dur, g_t),
+            snap(xfer, g_t),
+            snap(e_dur, g_e),
+            snap(e_xfer, g_e),
+        )
+        qual, q_xfer = snap(qual, g_q), snap(q_xfer, g_q)
 
         blk_params = np.zeros((m, n_s))
         np.add.at(blk_params, blk, params_s)

@@ -32,7 +32,15 @@ from threadpoolctl import threadpool_limits
 
 from hetjax.cost import Plan, evaluate, reference_plan, score
 from hetjax.errors import HetjaxError
-from hetjax.exact._chain import ChainProblem, check_batches, check_chain, check_weights, expand
+from hetjax.exact._chain import (
+    ChainProblem,
+    check_batches,
+    check_chain,
+    check_weights,
+    exact_grid,
+    expand,
+    snap,
+)
 from hetjax.exact._search import _dominated_rows, _links, _simplex
 from hetjax.exact._solvers import _check_b_ref, _ops
 from hetjax.graphs.core import EMBED
@@ -89,7 +97,7 @@ def make_problems(g: dict, plats: dict, devices, batches, refs, weights) -> Prob
     at batches[i]. `g` and `plats` are host arrays of the graph and of K stacked platforms
     (fields by name), `devices` the real device ids (the same on every platform), `refs`
     f64[K, 3] the reference plans' (latency, throughput, energy). The float64 operations are
-    those of `ChainProblem.tables`, one leading axis more."""
+    those of `ChainProblem.tables`, one leading axis more (each problem on its own grid)."""
     dev = np.asarray(devices)
     bs = np.asarray(batches, np.float64)
     n_k, n_b = plats["mem_bw"].shape[0], bs.size
@@ -149,6 +157,8 @@ def make_problems(g: dict, plats: dict, devices, batches, refs, weights) -> Prob
     worst = np.where(legal, blk_params[None, :, None], 0.0).sum(1)
     worst = worst + b[:, :, 0] * np.where(legal, blk_act[None, :, None], 0.0).max(1)
     refs = np.asarray(refs, np.float64)
+    g_t, g_e = exact_grid(m, dur, xfer, lead=1), exact_grid(m, e_dur, e_xfer, lead=1)
+    dur, xfer, e_dur, e_xfer = snap(dur, g_t), snap(xfer, g_t), snap(e_dur, g_e), snap(e_xfer, g_e)
     return Problems(
         batch=b[:, 0, 0].copy(), plat=rep, legal=legal, dur=dur, xfer=xfer, e_dur=e_dur,
         e_xfer=e_xfer, params=blk_params, act=blk_act, capacity=cap, binding=worst > cap,
