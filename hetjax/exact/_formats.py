@@ -43,6 +43,9 @@ __all__ = ["FormatProblem", "StateTables"]
 # labels per step of a dominance test (`_search._dominated`'s chunk); a search with a deadline
 # reads the clock between steps
 DOMINANCE_CHUNK = 256
+# points of the chord bound's grid of device weights (any weights give a valid bound; fewer
+# cost less per label: see docs/exact.md, "Formats and codes")
+CHORD_POINTS = int(__import__("os").environ.get("CP", 15))
 
 
 @dataclass(frozen=True)
@@ -425,7 +428,7 @@ def state_chord(fp: FormatProblem, tab: StateTables, bnd: StateBounds, incumbent
     if not (t_lo > 0 and b_lo > 0 and np.isfinite(t_lo)):
         return None
     k, a, c = chord_lines(a_t, a_b, t_lo, b_lo, g * e_lo + fp.delta * q_lo, incumbent)
-    lam = bnd.lam
+    lam = _simplex(tab.d, CHORD_POINTS)
     legal = tab.legal
     dur = np.where(legal, tab.dur, 0.0)
     w = lam[:, tab.dev]  # [G, S]
@@ -556,6 +559,16 @@ def label_search(
         last, parent, res, t, e, q, mem_p, mem_a = (
             np.concatenate(z) for z in zip(*parts, strict=True)
         )
+        # Labels equal in everything their future depends on (the last block's device and
+        # code, latency, energy, quality, busy times, memory) are one label: plans permuted
+        # over identical blocks, whose sums are exact on the tables' grid (`exact_grid`). The
+        # first stands for the others, before any bound or dominance test.
+        grp = tab.dev[last] * NUM_CODES + tab.code[last]
+        first = _first_of_each(np.column_stack([grp, t, e, q, mem_p, mem_a, res]))
+        if first.size < t.size:
+            last, parent, res, t, e, q, mem_p, mem_a = (
+                x[first] for x in (last, parent, res, t, e, q, mem_p, mem_a)
+            )
         t_lb = bnd.latency(j, last, t, q, budget)
         q_lb = q + bnd.q[j, last]
         keep = np.isfinite(t_lb) & (q_lb <= budget)
@@ -614,6 +627,20 @@ def label_search(
         return no_plan()
     bott = res.max(1) if n_res else np.zeros(t.size)
     return StateResult(levels, t, bott, e, q, counts)
+
+
+def _first_of_each(rows: np.ndarray) -> np.ndarray:
+    """Sorted indices int[U] of the first of each set of equal rows of f64[L, C]: rows are
+    hashed (their bits), and the hash's groups checked equal; on a collision between unequal
+    rows, `np.unique` over whole rows (slower) decides."""
+    bits = np.ascontiguousarray(rows).view(np.uint64)
+    h = np.zeros(rows.shape[0], np.uint64)
+    for c in range(bits.shape[1]):  # (uint64 arithmetic wraps around)
+        h = (h * np.uint64(0x100000001B3)) ^ bits[:, c]
+    _, first, inv = np.unique(h, return_index=True, return_inverse=True)
+    if not np.array_equal(rows, rows[first[inv]]):
+        first = np.unique(rows, axis=0, return_index=True)[1]
+    return np.sort(first)
 
 
 def _priced(rows: list, cost, step, q, qx, budget: float) -> None:
