@@ -45,7 +45,7 @@ __all__ = ["FormatProblem", "StateTables"]
 DOMINANCE_CHUNK = 256
 # points of the chord bound's grid of device weights (any weights give a valid bound; fewer
 # cost less per label: see docs/exact.md, "Formats and codes")
-CHORD_POINTS = int(__import__("os").environ.get("CP", 15))
+CHORD_POINTS = 15
 
 
 @dataclass(frozen=True)
