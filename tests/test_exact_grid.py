@@ -12,8 +12,7 @@ from hypothesis import strategies as st
 
 import hetjax as hj
 from hetjax.exact._chain import GRID_BITS, ChainProblem, exact_grid, snap
-from hetjax.exact._formats import _first_of_each
-from hetjax.exact._search import chain_eval
+from hetjax.exact._search import chain_eval, first_of_each
 
 
 @settings(max_examples=60, deadline=None)
@@ -86,17 +85,17 @@ def test_plans_permuted_over_identical_layers_tie_exactly():
 
 @settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 300), distinct=st.integers(1, 40))
-def test_first_of_each_equal_row_is_numpys_unique(seed, n, distinct):
-    """`_formats._first_of_each` (hashed rows): the first index of each set of equal rows, as
+def testfirst_of_each_equal_row_is_numpys_unique(seed, n, distinct):
+    """`_search.first_of_each` (hashed rows): the first index of each set of equal rows, as
     `np.unique` over whole rows gives it."""
     rng = np.random.default_rng(seed)
     pool = rng.choice([0.0, 1.0, 2.5, np.inf, 1e-9, 3.0], size=(distinct, 5))
     rows = pool[rng.integers(0, distinct, n)]
     want = np.sort(np.unique(rows, axis=0, return_index=True)[1])
-    assert np.array_equal(_first_of_each(rows), want)
+    assert np.array_equal(first_of_each(rows), want)
 
 
-def test_first_of_each_survives_a_hash_collision():
+def testfirst_of_each_survives_a_hash_collision():
     """Two unequal rows with the same hash: the whole-row fallback keeps both."""
     prime = np.uint64(0x100000001B3)
     a = np.array([1.0, 2.0]).view(np.uint64)
@@ -104,4 +103,4 @@ def test_first_of_each_survives_a_hash_collision():
     b2 = (a[:1] * prime) ^ b1 ^ (a[1:] * prime)  # h(a0, b1) == h(a1, b2) (arrays: wrap quietly)
     rows = np.array([[1.0, 3.0], [2.0, b2.view(np.float64)[0]], [1.0, 3.0]])
     assert np.isfinite(rows).all() and not np.array_equal(rows[0], rows[1])
-    assert np.array_equal(_first_of_each(rows), [0, 1])
+    assert np.array_equal(first_of_each(rows), [0, 1])

@@ -32,6 +32,7 @@ from hetjax.exact._search import (
     _simplex,
     _waterfill,
     chord_lines,
+    first_of_each,
     local_search,
     shortest,
 )
@@ -43,9 +44,12 @@ __all__ = ["FormatProblem", "StateTables"]
 # labels per step of a dominance test (`_search._dominated`'s chunk); a search with a deadline
 # reads the clock between steps
 DOMINANCE_CHUNK = 256
-# points of the chord bound's grid of device weights (any weights give a valid bound; fewer
-# cost less per label: see docs/exact.md, "Formats and codes")
-CHORD_POINTS = 15
+# points of the chord bound's grid of device weights by device count, the bounds' full grid
+# (120 points) otherwise: any weights give a valid bound, fewer cost less per label and prune
+# about as well here (bert-base, formats and codes, budget 1 point: on `edge` 15 points 1.2 s
+# against 1.7 s for 120; on `host3` 45 points 235 s against 246 s for 120, 15 did not finish
+# in 10 minutes; 2026-11-28)
+CHORD_POINTS = {2: 15, 3: 45}
 
 
 @dataclass(frozen=True)
@@ -428,7 +432,7 @@ def state_chord(fp: FormatProblem, tab: StateTables, bnd: StateBounds, incumbent
     if not (t_lo > 0 and b_lo > 0 and np.isfinite(t_lo)):
         return None
     k, a, c = chord_lines(a_t, a_b, t_lo, b_lo, g * e_lo + fp.delta * q_lo, incumbent)
-    lam = _simplex(tab.d, CHORD_POINTS)
+    lam = _simplex(tab.d, CHORD_POINTS[tab.d]) if tab.d in CHORD_POINTS else bnd.lam
     legal = tab.legal
     dur = np.where(legal, tab.dur, 0.0)
     w = lam[:, tab.dev]  # [G, S]
@@ -564,7 +568,7 @@ def label_search(
         # over identical blocks, whose sums are exact on the tables' grid (`exact_grid`). The
         # first stands for the others, before any bound or dominance test.
         grp = tab.dev[last] * NUM_CODES + tab.code[last]
-        first = _first_of_each(np.column_stack([grp, t, e, q, mem_p, mem_a, res]))
+        first = first_of_each(np.column_stack([grp, t, e, q, mem_p, mem_a, res]))
         if first.size < t.size:
             last, parent, res, t, e, q, mem_p, mem_a = (
                 x[first] for x in (last, parent, res, t, e, q, mem_p, mem_a)
@@ -627,20 +631,6 @@ def label_search(
         return no_plan()
     bott = res.max(1) if n_res else np.zeros(t.size)
     return StateResult(levels, t, bott, e, q, counts)
-
-
-def _first_of_each(rows: np.ndarray) -> np.ndarray:
-    """Sorted indices int[U] of the first of each set of equal rows of f64[L, C]: rows are
-    hashed (their bits), and the hash's groups checked equal; on a collision between unequal
-    rows, `np.unique` over whole rows (slower) decides."""
-    bits = np.ascontiguousarray(rows).view(np.uint64)
-    h = np.zeros(rows.shape[0], np.uint64)
-    for c in range(bits.shape[1]):  # (uint64 arithmetic wraps around)
-        h = (h * np.uint64(0x100000001B3)) ^ bits[:, c]
-    _, first, inv = np.unique(h, return_index=True, return_inverse=True)
-    if not np.array_equal(rows, rows[first[inv]]):
-        first = np.unique(rows, axis=0, return_index=True)[1]
-    return np.sort(first)
 
 
 def _priced(rows: list, cost, step, q, qx, budget: float) -> None:

@@ -362,6 +362,20 @@ class SearchResult:
         return out
 
 
+def first_of_each(rows: np.ndarray) -> np.ndarray:
+    """Sorted indices int[U] of the first of each set of equal rows of f64[L, C]: rows are
+    hashed (their bits), and the hash's groups checked equal; on a collision between unequal
+    rows, `np.unique` over whole rows (slower) decides."""
+    bits = np.ascontiguousarray(rows, np.float64).view(np.uint64)
+    h = np.zeros(rows.shape[0], np.uint64)
+    for c in range(bits.shape[1]):  # (uint64 arithmetic wraps around)
+        h = (h * np.uint64(0x100000001B3)) ^ bits[:, c]
+    _, first, inv = np.unique(h, return_index=True, return_inverse=True)
+    if not np.array_equal(rows, rows[first[inv]]):
+        first = np.unique(rows, axis=0, return_index=True)[1]
+    return np.sort(first)
+
+
 def _waterfill(busy: np.ndarray, work: float) -> np.ndarray:
     """Least possible max_d(busy[:, d] + add[:, d]) with sum_d add = work, add >= 0. [L]."""
     s = np.sort(busy, axis=1)
@@ -552,6 +566,13 @@ def label_search(
         last, parent, res, t, e, mem_p, mem_a = (
             np.concatenate(z) for z in zip(*parts, strict=True)
         )
+        # Labels equal in everything their future depends on are one label (plans permuted
+        # over identical blocks: their sums are exact on the tables' grid, `exact_grid`).
+        first = first_of_each(np.column_stack([last, t, e, mem_p, mem_a, res]))
+        if first.size < t.size:
+            last, parent, res, t, e, mem_p, mem_a = (
+                x[first] for x in (last, parent, res, t, e, mem_p, mem_a)
+            )
 
         # Bound against the incumbent.
         t_lb = t + bnd.t[j, last]
