@@ -14,7 +14,7 @@ per block, within `--budget` accuracy points) against the FP16-only optimum on e
 both warm (best of `--repeat`) in the same run, and writes
 benchmarks/results/exact_formats.json with the ratio per preset (target: within 10x). Beside
 them, the same two searches with the cost tables off the exact grid (`hetjax.exact._chain.snap`
-patched to an identity: the code before 2026-11-28), in the same run (`--no-baseline`: not).
+patched to an identity), in the same run (`--no-baseline`: not).
 """
 
 from __future__ import annotations
@@ -86,7 +86,8 @@ def _describe(graph, plan, names, device_names) -> dict:
 
 def _unsnapped():
     """The searches with their cost tables left off the exact grid (`_chain.snap` an identity
-    wherever it is called): the code as it was before 2026-11-28, the baseline of `--formats`."""
+    wherever it is called): sums then depend on their order, so labels of plans permuted over
+    identical blocks rarely come out equal (the baseline of `--formats`)."""
     same = lambda x, grid: x  # noqa: E731
     return mock.patch.multiple("hetjax.exact._formats", snap=same), mock.patch.multiple(
         "hetjax.exact._chain", snap=same

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import hetjax as hj
 from hetjax.exact._chain import GRID_BITS, ChainProblem, exact_grid, snap
-from hetjax.exact._search import chain_eval, first_of_each
+from hetjax.exact._search import chain_eval, drop_repeats
 
 
 @settings(max_examples=60, deadline=None)
@@ -85,22 +85,29 @@ def test_plans_permuted_over_identical_layers_tie_exactly():
 
 @settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 300), distinct=st.integers(1, 40))
-def testfirst_of_each_equal_row_is_numpys_unique(seed, n, distinct):
-    """`_search.first_of_each` (hashed rows): the first index of each set of equal rows, as
-    `np.unique` over whole rows gives it."""
+def test_drop_repeats_keeps_the_first_of_equal_labels(seed, n, distinct):
+    """`_search.drop_repeats`: with every column hashed, the first label of each set of equal
+    labels, as `np.unique` over whole rows gives it; with some hashed, a label goes only as a
+    repeat of an earlier one."""
     rng = np.random.default_rng(seed)
     pool = rng.choice([0.0, 1.0, 2.5, np.inf, 1e-9, 3.0], size=(distinct, 5))
     rows = pool[rng.integers(0, distinct, n)]
     want = np.sort(np.unique(rows, axis=0, return_index=True)[1])
-    assert np.array_equal(first_of_each(rows), want)
+    assert np.array_equal(drop_repeats(tuple(rows.T)), want)
+    # two keys hashed, three columns checked: only repeats go (each equal to an earlier label
+    # that stays), and no first label of its kind
+    kept = drop_repeats((rows[:, 0], rows[:, 1]), (rows[:, 2:],))
+    assert set(want) <= set(kept)
+    for i in sorted(set(range(n)) - set(kept)):
+        assert any(np.array_equal(rows[k], rows[i]) for k in kept if k < i)
 
 
-def testfirst_of_each_survives_a_hash_collision():
-    """Two unequal rows with the same hash: the whole-row fallback keeps both."""
+def test_drop_repeats_keeps_labels_whose_hashes_collide():
+    """Two unequal labels with the same hash both stay."""
     prime = np.uint64(0x100000001B3)
     a = np.array([1.0, 2.0]).view(np.uint64)
     b1 = np.array([3.0]).view(np.uint64)
     b2 = (a[:1] * prime) ^ b1 ^ (a[1:] * prime)  # h(a0, b1) == h(a1, b2) (arrays: wrap quietly)
     rows = np.array([[1.0, 3.0], [2.0, b2.view(np.float64)[0]], [1.0, 3.0]])
     assert np.isfinite(rows).all() and not np.array_equal(rows[0], rows[1])
-    assert np.array_equal(first_of_each(rows), [0, 1])
+    assert np.array_equal(drop_repeats(tuple(rows.T)), [0, 1])

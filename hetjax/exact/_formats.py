@@ -32,7 +32,7 @@ from hetjax.exact._search import (
     _simplex,
     _waterfill,
     chord_lines,
-    first_of_each,
+    drop_repeats,
     local_search,
     shortest,
 )
@@ -568,7 +568,7 @@ def label_search(
         # over identical blocks, whose sums are exact on the tables' grid (`exact_grid`). The
         # first stands for the others, before any bound or dominance test.
         grp = tab.dev[last] * NUM_CODES + tab.code[last]
-        first = first_of_each(np.column_stack([grp, t, e, q, mem_p, mem_a, res]))
+        first = drop_repeats((grp, t, e, q), (mem_p, mem_a, res))
         if first.size < t.size:
             last, parent, res, t, e, q, mem_p, mem_a = (
                 x[first] for x in (last, parent, res, t, e, q, mem_p, mem_a)

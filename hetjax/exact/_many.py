@@ -41,7 +41,7 @@ from hetjax.exact._chain import (
     expand,
     snap,
 )
-from hetjax.exact._search import _dominated_rows, _links, _simplex, first_of_each
+from hetjax.exact._search import _dominated_rows, _links, _simplex, drop_repeats
 from hetjax.exact._solvers import _check_b_ref, _ops
 from hetjax.graphs.core import EMBED
 from hetjax.hardware.core import validate as validate_platform
@@ -542,8 +542,8 @@ def _search_round(pr: Problems, bnd: _Bounds, ps: np.ndarray, inc: np.ndarray):
         prob, last, parent, res, t, e, mem_p, mem_a = (
             np.concatenate(z) for z in zip(*parts, strict=True)
         )
-        # equal labels of a problem are one (`_search.label_search`: the first of each)
-        first = first_of_each(np.column_stack([prob, last, t, e, mem_p, mem_a, res]))
+        # equal labels of a problem are one (as in `_search.label_search`)
+        first = drop_repeats((prob, last, t, e), (mem_p, mem_a, res))
         if first.size < t.size:
             prob, last, parent, res, t, e, mem_p, mem_a = (
                 x[first] for x in (prob, last, parent, res, t, e, mem_p, mem_a)

@@ -362,18 +362,25 @@ class SearchResult:
         return out
 
 
-def first_of_each(rows: np.ndarray) -> np.ndarray:
-    """Sorted indices int[U] of the first of each set of equal rows of f64[L, C]: rows are
-    hashed (their bits), and the hash's groups checked equal; on a collision between unequal
-    rows, `np.unique` over whole rows (slower) decides."""
-    bits = np.ascontiguousarray(rows, np.float64).view(np.uint64)
-    h = np.zeros(rows.shape[0], np.uint64)
-    for c in range(bits.shape[1]):  # (uint64 arithmetic wraps around)
-        h = (h * np.uint64(0x100000001B3)) ^ bits[:, c]
+def drop_repeats(keys, others=()) -> np.ndarray:
+    """Sorted indices int[U] of the labels to keep, of L labels given as arrays with L rows:
+    `keys` (1-D) are hashed by their bits, and a label equal in every array to the first
+    label of its hash is a repeat and goes; every other label stays (a hash collision only
+    keeps a label)."""
+    n = keys[0].shape[0]
+    h = np.zeros(n, np.uint64)
+    for k in keys:  # (uint64 arithmetic wraps around)
+        h = (h * np.uint64(0x100000001B3)) ^ np.ascontiguousarray(k, np.float64).view(np.uint64)
     _, first, inv = np.unique(h, return_index=True, return_inverse=True)
-    if not np.array_equal(rows, rows[first[inv]]):
-        first = np.unique(rows, axis=0, return_index=True)[1]
-    return np.sort(first)
+    rep = first[inv]
+    same = rep != np.arange(n)
+    for x in (*keys, *others):
+        idx = np.flatnonzero(same)
+        if idx.size == 0:
+            break
+        eq = x[idx] == x[rep[idx]]
+        same[idx[~(eq.all(axis=1) if eq.ndim > 1 else eq)]] = False
+    return np.flatnonzero(~same)
 
 
 def _waterfill(busy: np.ndarray, work: float) -> np.ndarray:
@@ -568,7 +575,7 @@ def label_search(
         )
         # Labels equal in everything their future depends on are one label (plans permuted
         # over identical blocks: their sums are exact on the tables' grid, `exact_grid`).
-        first = first_of_each(np.column_stack([last, t, e, mem_p, mem_a, res]))
+        first = drop_repeats((last, t, e), (mem_p, mem_a, res))
         if first.size < t.size:
             last, parent, res, t, e, mem_p, mem_a = (
                 x[first] for x in (last, parent, res, t, e, mem_p, mem_a)
