@@ -169,7 +169,9 @@ def make_problems(g: dict, plats: dict, devices, batches, refs, weights) -> Prob
 # Points of the grid of device weights (lam) of the dual and chord bounds, by device count:
 # any lam gives a valid bound; fewer than `_search`'s 120 cost less per label and prune about
 # as well (host3, bert-base, 64 platforms, one thread: 120 points 12.3-13.8 s, 66 10.8-11.8,
-# 45 10.0-10.5, 36 10.1-10.5, 28 12.6-12.8; the same results).
+# 45 10.0-10.5, 36 10.1-10.5, 28 12.6-12.8; the same results). On the exact grid with repeats
+# merged (2026-11-28, one thread, alternating): 128 platforms 36 points 26.0-26.3 platforms/s,
+# 45 24.5-25.3, 66 24.2-24.7, 28 23.3-23.7; the benchmark's 256, 36 and 45 alike (22.4-23.2).
 LAM_POINTS = {2: 24, 3: 45}
 
 
