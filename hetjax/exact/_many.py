@@ -197,16 +197,28 @@ class _Bounds:
         if d == 2:
             lo, hi = np.minimum(busy[:, 0], busy[:, 1]), np.maximum(busy[:, 0], busy[:, 1])
             fill = np.minimum(self.work[p, j] + lo, (self.work[p, j] + lo + hi) / 2)
+        elif d == 3:  # the sort's three prefix sums (exact on the tables' grid: the same floats)
+            w = self.work[p, j]
+            b0, b1, b2 = busy[:, 0], busy[:, 1], busy[:, 2]
+            lo = np.minimum(np.minimum(b0, b1), b2)
+            total = b0 + b1 + b2
+            two = total - np.maximum(np.maximum(b0, b1), b2)  # the two least
+            fill = np.minimum(np.minimum(w + lo, (w + two) / 2), (w + total) / 3)
         else:
             s = np.sort(busy, axis=1)
             k = np.arange(1, d + 1)
             fill = np.min((self.work[p, j][:, None] + np.cumsum(s, axis=1)) / k, axis=1)
-        return np.maximum(res.max(1), fill)
+        top = res[:, 0].copy()
+        for r in range(1, res.shape[1]):  # (column by column: faster than a short axis-1 max)
+            np.maximum(top, res[:, r], out=top)
+        return np.maximum(top, fill)
 
     def dual(self, p, j: int, res: np.ndarray) -> np.ndarray:
         """The dual of the fractional assignment of the remaining blocks, [L]."""
         d = self.lam.shape[1]
-        return np.max(res[:, :d] @ self.lam.T + self.split[p, j], axis=1)
+        out = res[:, :d] @ self.lam.T
+        out += self.split[p, j]
+        return np.max(out, axis=1)
 
 
 def _reverse(cost: np.ndarray, step: np.ndarray) -> np.ndarray:
@@ -332,9 +344,13 @@ class _Chord:
 
     def bound(self, p, j: int, last, t, busy, e) -> np.ndarray:
         q = self.rows[p]
-        cur = self.a[q, None] * t[:, None] + self.c[q, None] * (busy @ self.lam.T)
-        cur = cur + self.g[q, None] * e[:, None]
-        return self.k[q] - np.max(cur + self.h[q, j, last], axis=1)
+        # a t + c (busy . lam) + g e + h, added in that order in place (the same floats)
+        cur = busy @ self.lam.T
+        cur *= self.c[q, None]
+        cur += (self.a[q] * t)[:, None]
+        cur += (self.g[q] * e)[:, None]
+        cur += self.h[q, j, last]
+        return self.k[q] - np.max(cur, axis=1)
 
 
 def _chord(pr: Problems, bnd: _Bounds, ps: np.ndarray, inc: np.ndarray) -> _Chord:
@@ -503,10 +519,11 @@ def _search_round(pr: Problems, bnd: _Bounds, ps: np.ndarray, inc: np.ndarray):
     res = np.zeros((ps.size, n_res))
     t = np.zeros(ps.size)
     e = np.zeros(ps.size)
-    mem_p = np.zeros((ps.size, d))
-    mem_a = np.zeros((ps.size, d))
-    levels = []
     binds = bool(pr.binding[ps].any())
+    n_mem = d if binds else 0  # (memory columns only where it may bind)
+    mem_p = np.zeros((ps.size, n_mem))
+    mem_a = np.zeros((ps.size, n_mem))
+    levels = []
     for j in range(m):
         n = t.size
         rows = np.arange(n)
