@@ -561,12 +561,6 @@ def _search_round(pr: Problems, bnd: _Bounds, ps: np.ndarray, inc: np.ndarray):
         prob, last, parent, res, t, e, mem_p, mem_a = (
             np.concatenate(z) for z in zip(*parts, strict=True)
         )
-        # equal labels of a problem are one (as in `_search.label_search`)
-        first = drop_repeats((prob, last, t, e), (mem_p, mem_a, res))
-        if first.size < t.size:
-            prob, last, parent, res, t, e, mem_p, mem_a = (
-                x[first] for x in (prob, last, parent, res, t, e, mem_p, mem_a)
-            )
 
         # Bound against the incumbent: the cheap bounds first, the others on what is left
         # (the same labels go as with every bound on every label).
@@ -575,6 +569,10 @@ def _search_round(pr: Problems, bnd: _Bounds, ps: np.ndarray, inc: np.ndarray):
         b_lb = bnd.cheap_bottleneck(prob, j, res)
         inc_l = inc_of[prob]
         idx = np.flatnonzero((pr.score_bound(prob, t_lb, b_lb, e_lb) >= inc_l) & np.isfinite(t_lb))
+        # equal labels of a problem are one (as in `_search.label_search`; here on the labels
+        # the cheap bounds keep: equal labels have equal bounds)
+        idx = idx[drop_repeats((prob[idx], last[idx], t[idx], e[idx]),
+                               (mem_p[idx], mem_a[idx], res[idx]))]  # fmt: skip
         pi = prob[idx]
         b_lb[idx] = np.maximum(b_lb[idx], bnd.dual(pi, j, res[idx]))
         idx = idx[pr.score_bound(pi, t_lb[idx], b_lb[idx], e_lb[idx]) >= inc_l[idx]]
