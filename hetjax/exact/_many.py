@@ -677,7 +677,8 @@ def search_many(pr: Problems, n_b: int):
         todo = p_star[ok & np.isnan(imp_s[p_star])]
         if todo.size:
             imp_bp[todo], imp_s[todo] = _improve_seeds(pr, todo, seed_bp, seed_s)
-        # improve's scores sum in another order than the search's: ulps apart for one plan
+        # improve's scores sum in another order than the search's (the same floats on the exact
+        # grid; before it, ulps apart for one plan)
         use_imp = imp_s[p_star] >= found_s[p_star]
         bp = np.where(use_imp[:, None], imp_bp[p_star], found_bp[p_star])
         return top, bp, np.where(ok, b_star, -1)
