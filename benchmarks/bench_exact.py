@@ -20,6 +20,7 @@ patched to an identity), in the same run (`--no-baseline`: not).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform as host
 import re
@@ -84,14 +85,17 @@ def _describe(graph, plan, names, device_names) -> dict:
     return {"block_devices": bp.tolist(), "where": where, "blocks_per_device": counts}
 
 
+@contextlib.contextmanager
 def _unsnapped():
     """The searches with their cost tables left off the exact grid (`_chain.snap` an identity
     wherever it is called): sums then depend on their order, so labels of plans permuted over
     identical blocks rarely come out equal (the baseline of `--formats`)."""
     same = lambda x, grid: x  # noqa: E731
-    return mock.patch.multiple("hetjax.exact._formats", snap=same), mock.patch.multiple(
-        "hetjax.exact._chain", snap=same
-    )
+    with (
+        mock.patch("hetjax.exact._formats.snap", same),
+        mock.patch("hetjax.exact._chain.snap", same),
+    ):
+        yield
 
 
 def formats_rows(model: str, budget: float, repeat: int, presets=PRESETS,
@@ -114,8 +118,7 @@ def formats_rows(model: str, budget: float, repeat: int, presets=PRESETS,
                    peak_labels=_peak_labels(stats))  # fmt: skip
         line = f"{name}: FP16 {w16:.3f} s, formats {w:.2f} s (x{w / w16:.1f})"
         if baseline:
-            a, b = _unsnapped()
-            with a, b:
+            with _unsnapped():
                 _, _, u16 = _timed(lambda p=p: ex.optimal_score(graph, p), repeat)
                 ustats: dict = {}
                 urun = lambda p=p, st=ustats: ex.optimal_score(graph, p, stats=st, **kw)  # noqa: E731

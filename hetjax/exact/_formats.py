@@ -567,11 +567,11 @@ def label_search(
         # code, latency, energy, quality, busy times, memory) are one label: plans permuted
         # over identical blocks, whose sums are exact on the tables' grid (`exact_grid`). The
         # first stands for the others, before any bound or dominance test.
-        grp = tab.dev[last] * NUM_CODES + tab.code[last]
-        first = drop_repeats((grp, t, e, q), (mem_p, mem_a, res))
+        group = tab.dev[last] * NUM_CODES + tab.code[last]
+        first = drop_repeats((group, t, e, q), (mem_p, mem_a, res))
         if first.size < t.size:
-            last, parent, res, t, e, q, mem_p, mem_a = (
-                x[first] for x in (last, parent, res, t, e, q, mem_p, mem_a)
+            last, parent, res, t, e, q, mem_p, mem_a, group = (
+                x[first] for x in (last, parent, res, t, e, q, mem_p, mem_a, group)
             )
         t_lb = bnd.latency(j, last, t, q, budget)
         q_lb = q + bnd.q[j, last]
@@ -599,7 +599,6 @@ def label_search(
         # Labels compete within a (device, code) group: the future of a label depends on its
         # last block's device (busy, memory, the next transfer) and code (the next transfer),
         # not on that block's format, whose costs the label already carries.
-        group = tab.dev[last] * NUM_CODES + tab.code[last]
         for grp in np.unique(group[idx_all]):
             if past(j):  # mid-block: the bound of the block before still holds
                 return no_plan(complete=False)
