@@ -13,9 +13,11 @@ import io
 import json
 import os
 import tempfile
+import threading
 from pathlib import Path
 
 __all__ = [
+    "default_file_mode",
     "atomic_write_bytes",
     "atomic_write_text",
     "dumps_json",
@@ -27,6 +29,17 @@ __all__ = [
 ]
 
 _NONFINITE = {"inf": float("inf"), "-inf": float("-inf"), "nan": float("nan")}
+_UMASK_LOCK = threading.Lock()
+
+
+def default_file_mode() -> int:
+    """The permission bits `open()` gives a new file under the process umask (0o644 under the
+    usual 0o022). Temporary files (`tempfile.mkstemp`) are created 0o600; a result renamed
+    into place gets these bits instead, so that other users and workers can read it."""
+    with _UMASK_LOCK:  # the umask can only be read by setting it
+        mask = os.umask(0o077)
+        os.umask(mask)
+    return 0o666 & ~mask
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
@@ -39,6 +52,7 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
+            os.fchmod(fh.fileno(), default_file_mode())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

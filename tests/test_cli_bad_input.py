@@ -180,6 +180,7 @@ CASES = [
     (["sensitivity", "adir"], ["MODEL", "adir", "directory"]),
     (["sensitivity", "garbage.onnx"], ["MODEL", "garbage.onnx"]),
     (["sensitivity", "garbage.onnx", "--samples", "0"], ["--samples", "0"]),
+    (["sensitivity", "garbage.onnx", "--seed", "-1"], ["--seed", "-1"]),
     (["sensitivity", "garbage.onnx", "--dim", "sequence"], ["--dim", "sequence"]),
     (["sensitivity", "garbage.onnx", "--out", "adir"], ["--out", "adir"]),
     # sweep

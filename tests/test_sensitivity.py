@@ -92,6 +92,7 @@ def test_bad_input_is_one_line(tmp_path):
         (lambda: sensitivity(half), ["float32", "h.onnx"]),
         (lambda: sensitivity(tmp_path / "none.onnx"), ["none.onnx"]),
         (lambda: sensitivity(half, samples=0), ["samples", "0"]),
+        (lambda: sensitivity(half, seed=-1), ["seed", "-1"]),
     ):
         with pytest.raises(OnnxImportError) as err:
             call()
@@ -113,3 +114,17 @@ def test_cli_prints_the_table_and_writes_json(model, measured, tmp_path, capsys)
     doc = json.loads(out.read_text())
     assert [b["error"] for b in doc["blocks"]] == measured.error.tolist()
     assert doc["whole_model_error"] == measured.whole
+
+
+def test_symbolic_dims_take_the_defaults_the_user_leaves_out(tmp_path):
+    """An export with symbolic batch and sequence: the dims not given are DEFAULT_DIMS's,
+    as in `load_graph` (one given dimension does not drop the others' defaults)."""
+    sym = hjo.export_transformer("bert-tiny", tmp_path / "sym.onnx")  # symbolic dims
+    fixed = hjo.export_transformer("bert-tiny", tmp_path / "fixed.onnx", seq_len=16, batch=1)
+    graph = hjo.load_graph(sym, dims={"sequence": 16})
+    assert np.array_equal(graph.flops, hjo.load_graph(fixed).flops)
+    assert np.array_equal(hjo.load_graph(sym, dims={"sequence_length": 16}).flops, graph.flops)
+    assert np.array_equal(hjo.load_graph(sym).flops, hjo.load_graph(sym, dims={"batch": 1}).flops)
+    got = sensitivity(sym, {"sequence": 16}, samples=1)
+    assert got.error.shape == (int(np.asarray(graph.block_mask).sum()),)
+    assert np.all(np.isfinite(got.error)) and got.whole > 0

@@ -32,6 +32,7 @@ def sensitivity(
     from hetjax.onnx import sensitivity as measure
 
     checks.at_least("--samples", samples, 1)
+    checks.at_least("--seed", seed, 0)
     dims = checks.parse_dims("--dim", dim)
     checks.writable_file("--out", out)
     with checks.naming("MODEL", model):

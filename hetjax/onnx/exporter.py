@@ -21,6 +21,7 @@ from onnx import TensorProto, helper
 
 from hetjax.errors import GraphError
 from hetjax.graphs.transformers import TransformerConfig, config
+from hetjax.io import default_file_mode
 
 __all__ = ["export_transformer", "build_transformer", "write_model", "OPSET"]
 
@@ -412,6 +413,7 @@ def write_model(model: onnx.ModelProto, inits: list[tuple[str, np.ndarray]],
     tmp_data = None
     if external:
         fd, tmp_data = tempfile.mkstemp(dir=path.parent, prefix=data_path.name, suffix=".tmp")
+        os.fchmod(fd, default_file_mode())
         offset = 0
         with os.fdopen(fd, "wb") as fh:
             for name, arr in inits:
@@ -433,6 +435,7 @@ def write_model(model: onnx.ModelProto, inits: list[tuple[str, np.ndarray]],
     del inits
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
     try:
+        os.fchmod(fd, default_file_mode())
         with os.fdopen(fd, "wb") as fh:
             fh.write(model.SerializeToString())
         if external:
