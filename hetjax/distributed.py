@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import subprocess
 import sys
 import warnings
@@ -33,7 +34,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 from hetjax.errors import DeviceError, HetjaxError
 
-__all__ = ["ray_session", "run_tasks"]
+__all__ = ["check_address", "ray_session", "run_tasks"]
 
 # Object store of a local instance: the tasks' inputs and outputs are small (platform
 # arrays, result tables); Ray's default (30 % of memory) would reserve far more.
@@ -144,6 +145,32 @@ def _watchdog() -> Iterator[None]:
             dog.wait()
 
 
+ADDRESS_TIMEOUT_S = 5.0  # seconds to wait for a cluster's head to accept a connection
+
+
+def check_address(address: str, timeout: float = ADDRESS_TIMEOUT_S) -> None:
+    """Raise `DeviceError` unless something accepts a TCP connection at `address`
+    ("HOST:PORT" or "ray://HOST:PORT"; "auto" is left to Ray) within `timeout` seconds.
+    Ray itself retries an unreachable head for minutes (and ignores SIGTERM meanwhile), so
+    `ray_session` checks first."""
+    if address == "auto":
+        return
+    hostport = address.removeprefix("ray://")
+    host, _, port = hostport.rpartition(":")
+    host = host.strip("[]")  # [IPv6]:PORT
+    if not host or not port.isdigit():
+        raise DeviceError(f"address {address!r}: use HOST:PORT, ray://HOST:PORT or auto")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout):
+            pass
+    except OSError as err:
+        why = "no answer" if isinstance(err, TimeoutError) else (err.strerror or str(err))
+        raise DeviceError(
+            f"address {address!r}: cannot join a Ray cluster (nothing accepts a connection "
+            f"there within {timeout:g} s: {why})"
+        ) from None
+
+
 @contextlib.contextmanager
 def ray_session(workers: int, address: str | None = None) -> Iterator[object]:
     """Connected to Ray for the duration of the block (yields the `ray` module).
@@ -157,6 +184,7 @@ def ray_session(workers: int, address: str | None = None) -> Iterator[object]:
         yield ray
         return
     if address is not None:
+        check_address(address)
         try:
             ray.init(address=address, log_to_driver=False, configure_logging=False)
         except (ConnectionError, ValueError, RuntimeError) as err:

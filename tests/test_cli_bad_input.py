@@ -58,6 +58,7 @@ CASES = [
     (["compare", "--samples", "-1"], ["--samples", "-1"]),
     (["compare", "--samples", "many"], ["--samples", "many"]),
     (["compare", "--seed", "-1"], ["--seed", "-1"]),
+    (["compare", "--platform", "hot.json"], ["--platform", "hot.json", "p_idle"]),
     (["compare", "--out", "afile"], ["--out", "afile"]),
     (["compare", "--out", "afile/sub"], ["--out", "afile/sub"]),
     (["compare", "--model", "bert-huge"], ["--model", "bert-huge"]),
@@ -191,6 +192,7 @@ CASES = [
     (["sweep", "ok.toml", "--workers", "0"], ["--workers", "0"]),
     (["sweep", "ok.toml", "--shard-size", "0"], ["--shard-size", "0"]),
     (["sweep", "ok.toml", "--address", "no address"], ["--address", "no address"]),
+    (["sweep", "ok.toml", "--address", "localhost:1"], ["--address", "localhost:1", "cannot join"]),
     (["sweep", "ok.toml", "--out", "afile"], ["--out", "afile"]),
     (["sweep", "ok.toml", "--out", "adir", "--resume"], ["--resume", "adir"]),
     (["sweep", "ok.toml", "--out", "donesweep"], ["--out", "donesweep", "--resume"]),
@@ -203,6 +205,8 @@ CASES = [
     (["sweep", "bad_key.toml"], ["platforms[0].colour", "unknown key"]),
     (["sweep", "bad_platform.toml"], ["platforms[0].file", "neg.json", "link_bw"]),
     (["sweep", "bad_device.toml"], ["peak[5]_scale", "device = 5"]),
+    (["sweep", "hot_idle.toml"], ["overrides[0] p_idle = 500", "p_busy", "exact"]),
+    (["sweep", "tiny_memory.toml"], ["overrides[0] mem_capacity[0] = 1000", "reference plan"]),
 ]
 
 
@@ -226,6 +230,7 @@ def scratch(tmp_path_factory):
     variant("str.json", lambda f: f.__setitem__("launch", "fast"))
     variant("short.json", lambda f: f.__setitem__("mem_bw", f["mem_bw"][:1]))
     variant("neg.json", lambda f: f["link_bw"][0].__setitem__(1, -5.0))
+    variant("hot.json", lambda f: f["p_idle"].__setitem__(1, f["p_busy"][1] + 1.0))
     (d / "broken.json").write_text("{not json")
     for name in ("badcfg", "badnpz", "badmsgpack", "oldfield"):
         (d / name).mkdir()
@@ -253,6 +258,10 @@ def scratch(tmp_path_factory):
         "bad_key.toml": ok + 'colour = "red"\n',
         "bad_platform.toml": ok.replace('preset = "edge"', 'file = "neg.json"'),
         "bad_device.toml": ok + '[[overrides]]\nfield = "peak"\ndevice = 5\nscale = [2]\n',
+        "hot_idle.toml": ok.replace('"greedy_eft"', '"greedy_eft", "exact"')
+        + '[[overrides]]\nfield = "p_idle"\nset = [500]\n',
+        "tiny_memory.toml": ok
+        + '[[overrides]]\nfield = "mem_capacity"\ndevice = 0\nset = [1000]\n',
     }
     for name, text in tomls.items():
         (d / name).write_text(text)

@@ -354,13 +354,40 @@ def test_a_trained_policy_is_a_method(tmp_path):
     assert all(r["gap_pct"] >= 0 for r in rows)
 
 
-def test_a_platform_the_reference_plan_does_not_fit_is_refused_before_any_work(tmp_path):
-    spec = hj.sweep.parse({"methods": ["exact"], "models": ["bert-tiny"], "platforms": ["edge"],
+@pytest.mark.parametrize("methods", [["exact"], ["greedy_eft"]])
+def test_a_platform_the_reference_plan_does_not_fit_is_refused_before_any_work(tmp_path, methods):
+    # every method's score is relative to the reference plan, not only the exact solver's
+    spec = hj.sweep.parse({"methods": methods, "models": ["bert-tiny"], "platforms": ["edge"],
                            "overrides": [{"field": "mem_capacity", "device": 0,
                                           "set": [1e12, 1e3]}]})  # fmt: skip
-    with pytest.raises(hj.SpecError, match=r"models\[0\] \(bert-tiny\).*#1.*reference plan"):
+    with pytest.raises(hj.SpecError, match=r"models\[0\] \(bert-tiny\).*#1, overrides\[0\] "
+                       r"mem_capacity\[0\] = 1000.*reference plan"):  # fmt: skip
         hj.sweep.run(spec, tmp_path / "out", workers=1, progress=False)
     assert not (tmp_path / "out").exists()  # nothing written
+
+
+@pytest.mark.parametrize("where", ["override", "file"])
+def test_idle_power_above_busy_power_is_refused_where_the_exact_solver_runs(tmp_path, where):
+    """The exact solvers' chain condition (c) on every platform after the overrides, named
+    by the override or the platform entry, before anything is written."""
+    doc = {"methods": ["greedy_eft", "exact"], "models": ["bert-tiny"],
+           "platforms": ["edge"]}  # fmt: skip
+    if where == "override":
+        doc["overrides"] = [{"field": "p_idle", "set": [10.0, 500.0]}]
+        words = r"overrides\[0\] p_idle = 500 on edge: sample 0, device 0: p_busy = 70 W < p_idle"
+    else:
+        hot = hj.hardware.preset("edge")
+        hot = hot.replace(p_idle=hot.p_idle.at[1].set(hot.p_busy[1] + 1.0))
+        hj.hardware.save(hot, tmp_path / "hot.json")
+        doc["platforms"] = ["edge", {"file": str(tmp_path / "hot.json")}]
+        words = r"platforms\[1\] \(.*hot.*\): sample 0, device 1: p_busy"
+    spec = hj.sweep.parse(doc)
+    with pytest.raises(hj.SpecError, match=words) as err:
+        hj.sweep.run(spec, tmp_path / "out", workers=1, progress=False)
+    assert "\n" not in str(err.value) and "np." not in str(err.value)
+    assert not (tmp_path / "out").exists()  # nothing written
+    doc["methods"] = ["greedy_eft"]  # without an exact method the condition does not apply
+    hj.sweep.platforms_of(hj.sweep.parse(doc), 0)
 
 
 def test_weight_settings_share_one_compilation_and_match_one_at_a_time(tmp_path, monkeypatch):

@@ -68,6 +68,8 @@ def compare_cmd(
     plat, _ = load_platform(platform)
     out_dir = out or Path("runs") / f"compare-{Path(model).stem}-{Path(platform).stem}"
     checks.writable_dir("--out", out_dir)
+    with checks.naming("--platform", platform):  # chain condition (c): the platform's power
+        hj.exact.check_power(plat)
     with checks.naming("--model", model):  # the exact optimum needs a chain of blocks
         hj.exact.check_chain(graph, plat)
     rows, opt_plan, front = compare_preset(graph, plat, seed=seed, time_limit=time_limit,

@@ -43,6 +43,11 @@ def sweep_cmd(
     checks.at_least("--shard-size", shard_size, 1)
     if address is not None and not _ADDRESS.match(address):
         raise checks.OptionError(f"--address {address!r}: use HOST:PORT, ray://HOST:PORT or auto")
+    if address is not None:  # before any work: Ray would retry an unreachable head for minutes
+        from hetjax.distributed import check_address
+
+        with checks.naming("--address", address):
+            check_address(address)
     with checks.naming("SWEEP.toml", spec_file):
         spec = hj.sweep.load(spec_file)
     out_dir = out or Path("runs") / f"sweep-{spec.name}"

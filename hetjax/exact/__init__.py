@@ -7,14 +7,15 @@
   bit), the platforms searched together (vectorised labels) and, for many, in worker processes.
 - `pareto_front`: the exact Pareto front over (latency, throughput, energy) and the batch set.
 - `enumerate_plans`: exhaustive, chunked JAX enumeration for small problems (the reference).
-- `check_chain`: the SPEC chain conditions the exact solvers need (`hj.NotAChainError`).
+- `check_chain`: the SPEC chain conditions the exact solvers need (`hj.NotAChainError`);
+  `check_power` the platform's condition (c) alone.
 - `ChainProblem` / `Tables` (a chain and its per-batch cost tables), `best_completion` (the
   exact optimum with the first blocks fixed) and `batch_bound`: the interface DAgger's exact
   expert (`hj.agents.dagger`) is built on.
 """
 
 from hetjax.exact._batch import default_workers, optimal_scores
-from hetjax.exact._chain import DEFAULT_BATCHES, ChainProblem, Tables, check_chain
+from hetjax.exact._chain import DEFAULT_BATCHES, ChainProblem, Tables, check_chain, check_power
 from hetjax.exact._enumerate import MAX_PLANS, Enumeration, enumerate_plans
 from hetjax.exact._solvers import (
     batch_bound,
@@ -33,6 +34,7 @@ __all__ = [
     "MAX_PLANS",
     "Enumeration",
     "check_chain",
+    "check_power",
     "default_workers",
     "enumerate_plans",
     "optimal_latency",

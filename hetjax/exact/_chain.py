@@ -96,7 +96,7 @@ def check_chain(graph: LayerGraph, platform: Platform) -> None:
     (GraphError / PlatformError) and refuses stacked ones.
     """
     check_inputs(graph, platform)
-    g, p = _host(graph), _host(platform)
+    g = _host(graph)
     real = g["op_mask"].astype(bool)
     ops = np.flatnonzero(real)
     if ops.size == 0:
@@ -124,12 +124,21 @@ def check_chain(graph: LayerGraph, platform: Platform) -> None:
                 f"(b) block {j}, op {i}: has no active predecessor, so it could start before "
                 "the previous block finishes"
             )
+    check_power(platform)
+
+
+def check_power(platform: Platform) -> None:
+    """Raise `NotAChainError` unless p_busy >= p_idle (W) on every real device of `platform`:
+    the chain condition (c) of `check_chain`, the platform's part alone (so that a tool can
+    blame the platform, not the graph)."""
+    p = _host(platform)
     dev = np.flatnonzero(p["device_mask"].astype(bool))
     bad = dev[p["p_busy"][dev] < p["p_idle"][dev]]
     if bad.size:
         d = int(bad[0])
         raise NotAChainError(
-            f"(c) device {d}: p_busy = {p['p_busy'][d]!r} W < p_idle = {p['p_idle'][d]!r} W; "
+            f"(c) device {d}: p_busy = {float(p['p_busy'][d]):g} W < p_idle = "
+            f"{float(p['p_idle'][d]):g} W; "
             "exact solvers need p_busy >= p_idle on every real device (energy must grow with "
             "busy time)"
         )

@@ -128,6 +128,24 @@ def _apply(arrays: dict, o, value: float) -> None:
     arrays[o.field] = np.where(sel, new, x).astype(x.dtype)
 
 
+def _needs_exact(spec: SweepSpec) -> bool:
+    return "exact" in spec.methods or "pareto" in spec.methods
+
+
+def _check_power(arrays: dict, at: str) -> None:
+    """The exact solvers' chain condition (c) on stacked platform arrays: p_busy >= p_idle on
+    every real device of every platform (SpecError naming the first that breaks it)."""
+    real = arrays["device_mask"].astype(bool)
+    bad = np.argwhere(real & (arrays["p_busy"] < arrays["p_idle"]))
+    if bad.size:
+        k, d = (int(x) for x in bad[0])
+        raise SpecError(
+            f"{at}: sample {k}, device {d}: p_busy = {float(arrays['p_busy'][k, d]):g} W < "
+            f"p_idle = {float(arrays['p_idle'][k, d]):g} W; the exact solvers ('exact', "
+            "'pareto' in methods) need p_busy >= p_idle on every real device"
+        )
+
+
 def platforms_of(spec: SweepSpec, seed: int):
     """(Platform with leading axis K, metadata rows) of every platform of the sweep at `seed`.
 
@@ -150,12 +168,17 @@ def platforms_of(spec: SweepSpec, seed: int):
                                     f"have {d_max} devices")  # fmt: skip
                 _apply(arrays, o, value)
             stacked = hj.Platform(**arrays)
+            where = ", ".join(
+                f"overrides[{k}] {o.column} = {v:g}"
+                for k, (o, v) in enumerate(zip(spec.overrides, combo, strict=True))
+            )
+            at = f"{where} on {src.label}" if where else f"platforms[{i}] ({src.label})"
             try:
                 hj.hardware.validate(stacked, src.label)
             except HetjaxError as err:
-                where = ", ".join(f"{o.column} = {v:g}" for o, v in zip(spec.overrides, combo,
-                                                                         strict=True))  # fmt: skip
-                raise SpecError(f"overrides ({where}) on {src.label}: {err}") from None
+                raise SpecError(f"{at}: {err}") from None
+            if _needs_exact(spec):
+                _check_power(arrays, at)
             parts.append(arrays)
             for j in range(src.n):
                 row = {"platform": src.label, "sample_index": j}
@@ -586,20 +609,20 @@ def prepare(spec: SweepSpec, out: str | Path, *, resume: bool = False,
     n, mm, p = (max(getattr(g, k) for g in graphs.values()) for k in ("n_max", "m_max", "p_max"))
     graphs = {k: jax.tree.map(np.asarray, hj.graphs.pad(g, n, mm, p)) for k, g in graphs.items()}
     d_max = _d_max(spec)
+    # every platform validated (with the exact solvers' power condition where they run) ...
+    per_seed = {seed: platforms_of(spec, seed) for seed in spec.seeds}
+    first = jax.tree.map(lambda x: x[0], per_seed[spec.seeds[0]][0])
     for i, m in enumerate(spec.models):
-        if "exact" in spec.methods or "pareto" in spec.methods:
+        if _needs_exact(spec):  # ... so what check_chain refuses here is the graph's
             try:
-                base = hj.hardware.pad(_source_platforms(spec, 0, spec.seeds[0]), d_max)
-                hj.exact.check_chain(graphs[m.label], jax.tree.map(lambda x: x[0], base))
+                hj.exact.check_chain(graphs[m.label], first)
             except HetjaxError as err:
                 raise SpecError(f"models[{i}] ({m.label}): {err}") from None
-    per_seed = {seed: platforms_of(spec, seed) for seed in spec.seeds}
     n = len(per_seed[spec.seeds[0]][1])
     shared = {"spec": spec, "graphs": graphs, "d_max": d_max, "chunk": chunk_size(n),
               "model_info": _model_info(spec, graphs)}  # fmt: skip
-    if "exact" in spec.methods or "pareto" in spec.methods:
-        for seed in spec.seeds:
-            _check_reference_fits(spec, graphs, *per_seed[seed], shared["chunk"])
+    for seed in spec.seeds:  # every method's score is relative to the reference plan
+        _check_reference_fits(spec, graphs, *per_seed[seed], shared["chunk"])
     shards = shards_of(spec, n, size)
     manifest = {"name": spec.name, "fingerprint": fp, "shard_size": size, "shards": len(shards),
                 "platforms": n, "spec": dataclasses.asdict(spec)}  # fmt: skip
@@ -607,8 +630,9 @@ def prepare(spec: SweepSpec, out: str | Path, *, resume: bool = False,
 
 
 def _check_reference_fits(spec: SweepSpec, graphs: dict, platforms, meta, chunk: int) -> None:
-    """The exact solvers need the reference plan (every op on device 0 at batch 1) to be
-    feasible on every platform (SPEC): checked here, before any shard runs."""
+    """The reference plan (every op on device 0 at batch 1), which every score is relative
+    to, must be feasible on every platform (SPEC: where a graph meets a platform in a job):
+    checked here, before any shard runs."""
     import hetjax as hj
 
     for i, m in enumerate(spec.models):
@@ -621,10 +645,12 @@ def _check_reference_fits(spec: SweepSpec, graphs: dict, platforms, meta, chunk:
         bad = np.flatnonzero(~np.asarray(m_.feasible))
         if bad.size:
             k = int(bad[0])
+            where = "".join(f", overrides[{j}] {o.column} = {meta[k][o.column]:g}"
+                            for j, o in enumerate(spec.overrides))  # fmt: skip
             raise SpecError(
-                f"models[{i}] ({m.label}) on platform {meta[k]['platform']!r} #{k}: the "
+                f"models[{i}] ({m.label}) on platform {meta[k]['platform']!r} #{k}{where}: the "
                 "reference plan (all on device 0, batch 1) does not fit device 0's memory; "
-                "the exact solvers need it to"
+                "every score is relative to it"
             )
 
 
