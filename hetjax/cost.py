@@ -1119,7 +1119,9 @@ def score(
     (unitless; -inf if infeasible or over the quality budget).
 
     `reference` is the reference plan's metrics; the reference plan itself scores
-    alpha + beta - gamma (0.8 with the default weights). `weights` must be three finite
+    alpha + beta - gamma (0.8 with the default weights), except where its energy is 0 J (no
+    power numbers): E_ref is then taken as 1 J (and X_ref = 0 as 1 sample/s), so the reference
+    scores alpha + beta (docs/model.md, "Score"). `weights` must be three finite
     numbers; `delta` (score per accuracy point, cost model 2.0, default 0) finite and >= 0;
     `quality_budget` (accuracy points, default +inf: no budget) >= 0. A plan whose
     `quality_loss` exceeds the budget scores -inf. Bad values raise `PlanError` (checked when

@@ -143,8 +143,14 @@ CASES = [
     ("load-nan-field", lambda tmp: hj.hardware.load(_platform_file(tmp, (
         '{"format": "hetjax.platform/1", "fields": {"peak": [[1,1,1,1,1,1]], "mem_bw": [NaN],'
         ' "launch": [0], "mem_capacity": [1], "p_busy": [1], "p_idle": [0], "b_half": [0],'
-        ' "link_bw": [[1]], "link_latency": [[0]], "link_energy": [[0]]}}'))),
+        ' "link_bw": [[1]], "link_latency": [[0]], "link_energy": [[0]],'
+        ' "device_mask": [true]}}'))),
      hj.PlatformError, ("mem_bw[0]", "nan")),
+    ("load-no-device-mask", lambda tmp: hj.hardware.load(_platform_file(tmp, (
+        '{"format": "hetjax.platform/1", "fields": {"peak": [[1,1,1,1,1,1]], "mem_bw": [1],'
+        ' "launch": [0], "mem_capacity": [1], "p_busy": [1], "p_idle": [0], "b_half": [0],'
+        ' "link_bw": [[1]], "link_latency": [[0]], "link_energy": [[0]]}}'))),
+     hj.PlatformError, ("platform.json", "device_mask")),
     ("stack-empty", lambda: hj.hardware.stack([]), hj.PlatformError, ("stack", "[]")),
     ("stack-not-platforms", lambda: hj.hardware.stack([_platform(), "edge"]),
      hj.PlatformError, ("platforms[1]", "str")),
@@ -155,6 +161,14 @@ CASES = [
      ("model", "gpt-9")),
     ("transformer-seq-len", lambda: hj.graphs.transformer("bert-mini", seq_len=0),
      hj.GraphError, ("seq_len", "0")),
+    ("transformer-seq-len-fraction", lambda: hj.graphs.transformer("bert-mini", seq_len=1.5),
+     hj.GraphError, ("seq_len", "1.5")),
+    ("optimal-scores-workers-fraction", lambda: hj.exact.optimal_scores(
+        _graph(), hj.hardware.stack([_platform()] * 2), workers=1.5), hj.PlanError,
+     ("workers", "1.5")),
+    ("sweep-run-workers-fraction", lambda tmp: hj.sweep.run(hj.sweep.parse(
+        {"models": ["bert-tiny"], "platforms": ["edge"], "methods": ["all_gpu"]}), tmp / "o",
+        workers=1.5), hj.SpecError, ("workers", "1.5")),
     ("transformer-granularity", lambda: hj.graphs.transformer("bert-mini", granularity="x"),
      hj.GraphError, ("granularity", "x")),
     ("transformer-n-max", lambda: hj.graphs.transformer("bert-mini", n_max=5),

@@ -6,6 +6,7 @@ import csv
 import dataclasses
 import json
 import sys
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -22,6 +23,9 @@ TINY = ppo.PPOConfig(
     update_epochs=2, imitation_steps=6, imitation_platforms=4, imitation_batch=16,
     imitation_teacher="greedy_eft", width=16, heads=2, layers=1,
 )  # fmt: skip
+
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _refuse_constant(name):
@@ -190,6 +194,8 @@ def test_train_job_writes_the_report_and_place_reads_it(tmp_path, monkeypatch, c
     code, out = _cli(monkeypatch, capsys, "place", "--checkpoint", str(run), "--platform", "soc",
                      "--best-of", "0")  # fmt: skip
     assert code == 0 and "on soc" in out, out
+    # two devices in the policy's three slots: rows for the real devices only
+    assert "busy[1]" in out and "busy[2]" not in out and "mem_used[2]" not in out, out
     # --dim without an ONNX --model: refused in one line
     code, out = _cli(monkeypatch, capsys, "place", "--checkpoint", str(run), "--dim", "x=1")
     assert code == 2 and out.count("\n") == 1 and "--dim" in out, out
@@ -274,3 +280,31 @@ def test_train_command_passes_the_zero_shot_grid(tmp_path, monkeypatch, capsys, 
     with pytest.raises(Stop):
         cli.main()
     assert seen["zero_shot"] == want
+
+
+@pytest.mark.parametrize("finished", [False, True])
+def test_train_command_says_wrote_only_when_it_wrote(tmp_path, monkeypatch, capsys, finished):
+    """A resumed run that had finished rewrites nothing (train_job returns its report): the
+    command says so instead of "wrote ..."."""
+    from hetjax.agents import jobs
+    from hetjax.io import read_json
+
+    doc = read_json(ROOT / "docs" / "results" / "demo" / "report.json")
+    run = tmp_path / "r"
+    run.mkdir()
+    if finished:
+        (run / "report.json").write_text("{}")
+
+    def fake(config, out, **kw):
+        if not finished:
+            (Path(out) / "report.json").write_text("{}")
+        return doc
+
+    monkeypatch.setattr(jobs, "train_job", fake)
+    monkeypatch.setattr(sys, "argv", ["hetjax", "train", "--out", str(run), "--resume"])
+    with pytest.raises(SystemExit) as exc:
+        cli.main()
+    assert exc.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert ("files are unchanged" in out) == finished
+    assert ("wrote " in out) == (not finished)

@@ -89,8 +89,10 @@ def named_placement(name: str, graph, platform):
     return jnp.asarray(placement, jnp.int32)
 
 
-def metrics_rows(m, device_names=None) -> list[tuple[str, str]]:
-    """(name, formatted value) rows for a single plan's Metrics."""
+def metrics_rows(m, device_names=None, device_mask=None) -> list[tuple[str, str]]:
+    """(name, formatted value) rows for a single plan's Metrics; the per-device rows only for
+    the real devices of `device_mask` (bool[D]; None: every slot), not a padded platform's
+    empty slots."""
     import numpy as np
 
     rows = [
@@ -102,7 +104,10 @@ def metrics_rows(m, device_names=None) -> list[tuple[str, str]]:
         ("transfer_share", f"{float(m.transfer_share) * 100:.2f} %"),
     ]
     names = device_names or [f"dev{i}" for i in range(len(m.busy))]
+    real = np.ones(len(m.busy), bool) if device_mask is None else np.asarray(device_mask, bool)
     for i, (b, mem) in enumerate(zip(np.asarray(m.busy), np.asarray(m.mem_used), strict=True)):
+        if not real[i]:
+            continue
         label = names[i] if i < len(names) else f"dev{i}"
         rows.append((f"busy[{i}] {label}", f"{b * 1e3:.4f} ms"))
         rows.append((f"mem_used[{i}]", f"{mem / 2**20:.1f} MiB"))

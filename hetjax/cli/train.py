@@ -268,8 +268,11 @@ def train_cmd(
         chunk = max(1, config.num_updates // 100) if teacher != "exact" else 10
     from hetjax.agents.jobs import train_job
 
+    report_path = Path(out) / "report.json"
+    before = report_path.stat().st_mtime_ns if report_path.exists() else None
     doc = train_job(config, out, resume=resume, held_out=held_out, chunk=chunk, best_of=best_of,
                     zero_shot=zero_shot, baselines=rows)  # fmt: skip
+    finished_before = before is not None and report_path.stat().st_mtime_ns == before
     p, h = doc["preset"], doc["held_out"]
     t = Table(title=f"learned policy: {model} on {platform}")
     t.add_column("metric")
@@ -338,8 +341,11 @@ def train_cmd(
                        f"{e['policy']['mean_gap_pct']:.2f}", name,
                        f"{b['mean_gap_pct']:.2f}")  # fmt: skip
         console.print(t5)
-    console.print(f"wrote {out}/report.json, metrics.csv, learning_curve.png, "
-                  "load_distribution.png, budget.png, checkpoint.msgpack")  # fmt: skip
+    if finished_before:  # a resumed run that had finished: train_job rewrote nothing
+        console.print(f"{out} held this finished run already: its files are unchanged")
+    else:
+        console.print(f"wrote {out}/report.json, metrics.csv, learning_curve.png, "
+                      "load_distribution.png, budget.png, checkpoint.msgpack")  # fmt: skip
 
 
 @app.command("place")
@@ -436,7 +442,7 @@ def place_cmd(
     device_names = (
         names if loaded is not None else hj.hardware.PRESETS[config.platform].device_names
     )
-    for k, v in metrics_rows(m, device_names):
+    for k, v in metrics_rows(m, device_names, p.device_mask):  # not the padding slots
         t.add_row(k, v)
     q = ppo.quality_args(config)
     if q:

@@ -13,6 +13,8 @@ killed, SIGKILL included (tests/test_exact.py).
 
 from __future__ import annotations
 
+import numbers
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -155,6 +157,10 @@ def optimal_scores(
     k = int(np.shape(platforms.mem_bw)[0])
     host_graph, host_platforms = _host(graph), _host(platforms)
     singles = [jax.tree.map(lambda x, i=i: x[i], host_platforms) for i in range(k)]
+    if workers is not None and (
+        isinstance(workers, bool) or not isinstance(workers, numbers.Integral)
+    ):
+        raise PlanError(f"optimal_scores: workers={workers!r} must be a whole number >= 1")
     workers = default_workers() if workers is None else int(workers)
     if workers < 1:
         raise PlanError(f"optimal_scores: workers={workers} must be at least 1")

@@ -9,6 +9,7 @@ gather s*d. Activation bytes are the tensors an op reads plus the one it writes.
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
@@ -91,6 +92,11 @@ class TransformerConfig:
         """Tokens per sample: seq_len for text models, patches + class token for ViT."""
         if self.arch == "vit":
             return (self.image_size // self.patch_size) ** 2 + 1
+        whole = isinstance(seq_len, numbers.Integral) or (
+            isinstance(seq_len, float) and seq_len.is_integer()
+        )
+        if seq_len is not None and (isinstance(seq_len, bool) or not whole):
+            raise GraphError(f"seq_len = {seq_len!r}: must be a whole number of tokens >= 1")
         s = self.default_seq_len if seq_len is None else int(seq_len)
         if s < 1:
             raise GraphError(f"seq_len = {s}: must be >= 1")

@@ -262,6 +262,10 @@ def load(path: str | os.PathLike) -> Platform:
         raise PlatformError(f"{path}: no such platform file") from None
     except (json.JSONDecodeError, KeyError, TypeError) as err:
         raise PlatformError(f"{path}: not a hetjax platform JSON file ({err})") from None
+    if isinstance(fields, dict) and "device_mask" not in fields:
+        # version 1's own field: `create` defaults it (all real) for Python callers, but every
+        # file `save` wrote has it, so a file without it was edited by hand or is not ours
+        raise PlatformError(f"{path}: wrong fields (missing 'device_mask': bool per device)")
     try:
         return Platform.create(**fields)
     except TypeError as err:

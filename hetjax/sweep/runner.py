@@ -29,6 +29,7 @@ import dataclasses
 import functools
 import io
 import itertools
+import numbers
 import time
 from pathlib import Path
 
@@ -677,6 +678,10 @@ def run(
     from hetjax.exact import default_workers
 
     out = Path(out)
+    if workers is not None and (
+        isinstance(workers, bool) or not isinstance(workers, numbers.Integral)
+    ):
+        raise SpecError(f"workers = {workers!r}: must be a whole number >= 1")
     workers = default_workers() if workers is None else int(workers)
     if workers < 1:
         raise SpecError(f"workers = {workers}: must be >= 1")
