@@ -127,6 +127,26 @@ def test_reference_plan_scores_alpha_plus_beta_minus_gamma(name):
     assert float(hj.score(infeasible, ref)) == -np.inf
 
 
+def test_without_power_numbers_the_energy_term_is_zero_as_documented():
+    """docs/model.md "Score": E_ref = 0 (no device draws power, links cost nothing) is taken
+    as 1 J, so the reference plan scores alpha + beta and no plan pays for energy."""
+    g = hst.tiny_model()
+    p = _platform("edge")
+    cold = p.replace(p_busy=jnp.zeros_like(p.p_busy), p_idle=jnp.zeros_like(p.p_idle),
+                     link_energy=jnp.zeros_like(p.link_energy))  # fmt: skip
+    ref = hst.evaluate(g, cold, hj.reference_plan(g))
+    assert float(ref.energy) == 0.0
+    np.testing.assert_allclose(hj.score(ref, ref), 0.9, rtol=1e-6)
+    plan = _row(_plans(g, 2, 1, seed=3), 0)  # feasible, on both devices
+    other = hst.evaluate(g, cold, plan)
+    ours = hst.evaluate(g, p, plan)
+    assert bool(other.feasible) and float(other.energy) == 0.0
+    warm_ref = hst.evaluate(g, p, hj.reference_plan(g))
+    energy = 0.1 * float(ours.energy) / float(warm_ref.energy)  # gamma E / E_ref with power
+    np.testing.assert_allclose(float(hj.score(other, ref)),
+                               float(hj.score(ours, warm_ref)) + energy, rtol=1e-5)  # fmt: skip
+
+
 @pytest.mark.x64
 def test_evaluate_under_lax_scan():
     g, p = hst.tiny_model(), _platform()
