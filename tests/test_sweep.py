@@ -241,6 +241,19 @@ def test_small_sweep_rows_metrics_and_gaps(small_run):
     assert {p.name for p in figs} == {"pareto.png", "heatmap.png", "gaps.png"}
 
 
+def test_a_weight_setting_with_no_feasible_row_draws_an_empty_panel_quietly(small_run, tmp_path):
+    """Every row of one weight setting infeasible: its Pareto panel stays empty, without
+    matplotlib's warning about a legend with no artists (warnings fail the suite)."""
+    import pyarrow as pa
+
+    spec, table, _ = small_run
+    c = table.to_pydict()
+    c["feasible"] = [f and a != 1.0 for f, a in zip(c["feasible"], c["alpha"], strict=True)]
+    assert any(c["feasible"]) and not all(c["feasible"])
+    path = hj.sweep.figures.plot_pareto(spec, pa.table(c), tmp_path / "pareto.png")
+    assert path is not None and path.stat().st_size > 0
+
+
 def test_results_do_not_depend_on_the_shard_size(small_run, tmp_path):
     spec, table, _ = small_run
     other = hj.sweep.run(spec, tmp_path / "b", workers=1, shard_size=5, progress=False)

@@ -78,7 +78,8 @@ def plot_pareto(spec: SweepSpec, table, path) -> Path | None:
             ax.set_ylabel("energy (J per batch)")
             drawn |= bool(sel.any())
         ax.set_title(f"alpha, beta, gamma = {w[0]:g}, {w[1]:g}, {w[2]:g}")
-        ax.legend(fontsize=6)
+        if ax.get_legend_handles_labels()[0]:  # (a panel with nothing drawn has no legend)
+            ax.legend(fontsize=6)
     if drawn:
         save_figure(fig, path)
     plt.close(fig)
