@@ -29,6 +29,7 @@ def sensitivity(
 ):
     """Measure each block's relative output error when its MatMul nodes run in INT8
     (ONNX Runtime dynamic quantization): a proxy for its W8A8 quality loss (docs/quality.md)."""
+    from hetjax.onnx import DEFAULT_DIMS
     from hetjax.onnx import sensitivity as measure
 
     checks.at_least("--samples", samples, 1)
@@ -41,7 +42,9 @@ def sensitivity(
             raise checks.OptionError("is a directory, not an ONNX file")
         if not path.exists():
             raise checks.OptionError("no such file")
-        result = measure.sensitivity(path, dims or None, blocks=blocks, samples=samples, seed=seed)
+        # --dim values over the defaults, as every command reads an ONNX model (hj.graphs.load)
+        dims = {**DEFAULT_DIMS, **(dims or {})}
+        result = measure.sensitivity(path, dims, blocks=blocks, samples=samples, seed=seed)
     table = Table(title=f"{model}: relative output error with one block in INT8 ({samples} inputs)")
     for col in ("block", "name", "INT8 nodes", "error", "share"):
         table.add_column(col, justify="left" if col == "name" else "right")

@@ -70,7 +70,6 @@ __all__ = [
     "OnnxImportWarning",
     "DEFAULT_DIMS",
     "DEFAULT_P",
-    "with_default_dims",
     "OP_TABLE",
     "node_names",
     "read_model",
@@ -85,16 +84,6 @@ DIM_ALIASES = {
     "sequence": "sequence", "seq": "sequence",
 }  # fmt: skip
 _SMALL = 4096  # integer tensors up to this many elements are evaluated (shape arithmetic)
-
-
-def with_default_dims(dims: Mapping[str, int] | None) -> dict[str, int]:
-    """`dims` over `DEFAULT_DIMS`: a default stands where `dims` sets no value for its name
-    (under that name or an alias in `DIM_ALIASES`), so {"sequence": 64} still has batch 1; a
-    value given under an alias ("sequence_length") also sets its canonical name ("sequence")
-    unless that is given too."""
-    given = dict(dims or {})
-    canonical = {DIM_ALIASES[k]: v for k, v in given.items() if k in DIM_ALIASES}
-    return {**DEFAULT_DIMS, **canonical, **given}
 
 
 class OnnxImportWarning(UserWarning):
@@ -746,7 +735,7 @@ def import_model(
     if fuse is not None and not isinstance(fuse, bool):
         raise OnnxImportError(f"fuse = {fuse!r}: use True, False or None")
     fuse = granularity == "block" if fuse is None else fuse
-    dims = with_default_dims(dims)
+    dims = DEFAULT_DIMS if dims is None else dims
     g = model.graph
     input_shapes, input_types, batch = _resolve_inputs(model, label, dims)
     order = _toposort(model, label)
@@ -1068,8 +1057,7 @@ def load_graph(
 ) -> LayerGraph:
     """The `LayerGraph` of an ONNX model (a file path or an `onnx.ModelProto`).
 
-    dims: values of the symbolic input dimensions (defaults {"batch": 1, "sequence": 128} where
-        `dims` does not name them, `with_default_dims`; common
+    dims: values of the symbolic input dimensions (default {"batch": 1, "sequence": 128}; common
         exporter names such as "batch_size" / "sequence_length" are accepted as aliases, and an
         unnamed dimension can be given as "input_name[axis]").
     granularity: "block" groups nodes into blocks, "op" makes every node its own block.

@@ -39,7 +39,7 @@ import onnx
 
 from hetjax.errors import GraphError, OnnxImportError
 from hetjax.graphs.core import LayerGraph
-from hetjax.onnx.importer import _resolve_inputs, import_model, node_names, with_default_dims
+from hetjax.onnx.importer import DEFAULT_DIMS, _resolve_inputs, import_model, node_names
 
 __all__ = ["Sensitivity", "sensitivity", "QUANTIZED_OPS"]
 
@@ -168,7 +168,7 @@ def sensitivity(
         raise OnnxImportError(f"sensitivity: samples = {samples!r}: must be an int >= 1")
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise OnnxImportError(f"sensitivity: seed = {seed!r}: must be an int >= 0")
-    dims = with_default_dims(dims)
+    dims = dict(DEFAULT_DIMS) if dims is None else dims  # as `import_model` reads None
     model, label = _load(path_or_model)
     half = [t.name for t in model.graph.initializer if t.data_type != onnx.TensorProto.FLOAT
             and t.data_type in (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)]  # fmt: skip
