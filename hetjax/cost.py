@@ -167,9 +167,13 @@ def _col(x, base: int):
 
 def _by_index(index, values, default):
     """values[index] for a short static table `values` (a chain of selects, no gather);
-    `default` where index is outside it."""
-    dtype = jnp.result_type(*values)
-    out = jnp.broadcast_to(jnp.asarray(default, dtype), index.shape)
+    `default` where index is outside it. A table of Python numbers gives a weakly typed
+    result, which takes the dtype of the arrays it meets (float32 inputs stay float32 under
+    `jax_enable_x64`)."""
+    if all(isinstance(v, int | float) for v in (*values, default)):
+        out = jnp.broadcast_to(jnp.asarray(default), index.shape)  # weak, as the scalars
+    else:
+        out = jnp.broadcast_to(jnp.asarray(default, jnp.result_type(*values)), index.shape)
     for k, v in enumerate(values):
         if not (v is default or (isinstance(v, float) and v == default)):  # no-op selects
             out = jnp.where(index == k, v, out)

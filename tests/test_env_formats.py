@@ -110,3 +110,33 @@ def test_no_dead_end_and_penalty_not_inf_at_the_budget_edge():
     for info, reward, _ in _episodes(env, params, 4, seed=3):
         assert np.isfinite(reward)
         assert float(info["metrics"].quality_loss) <= 0.35
+
+
+@pytest.mark.x64
+def test_formats_and_codes_run_on_float32_inputs_in_either_precision():
+    """Cost model 2.0 with float32 graphs and platforms (presets, `create()`), also under
+    `jax_enable_x64` (`make test` runs x64 tests again in float64 mode): the code tables are
+    Python numbers and must not promote the simulator's float32 carries (they did: a dtype
+    error in `evaluate` with codes, the exact search and the environment)."""
+    g = hj.graphs.transformer("bert-tiny", seq_len=16)
+    p = hj.hardware.preset("edge")
+    assert g.flops.dtype == np.float32 and p.peak.dtype == np.float32
+    ones = np.ones(g.m_max, np.int32)
+    kinds = np.asarray(g.block_kind)
+    inner = (kinds == hj.graphs.ATTENTION) | (kinds == hj.graphs.FFN)
+    bp = np.where(inner, np.arange(g.m_max) % 2, 0)  # transfers both ways
+    for kw in (dict(code=ones), dict(fmt=ones), dict(fmt=ones, code=ones)):
+        m = hj.evaluate(g, p, hj.Plan.from_blocks(g, bp, 2.0, **kw))
+        assert m.latency.dtype == np.float32 and bool(m.feasible), kw
+    plan, s = hj.exact.optimal_score(g, p, (1, 4), formats=(0, 1), codes=(0, 1),
+                                     quality_budget=1.0)  # fmt: skip
+    assert np.isfinite(s)
+    env = PlacementEnv.sized_for([g], [p], formats=3, codes=3)
+    params = env.make_params(g, p, quality_budget=1.0)
+    key = jax.random.key(0)
+    obs, state = env.reset(key, params)
+    step = jax.jit(env.step)
+    for t in range(int(g.num_blocks) + 1):
+        a = hj.env.random_valid_action(jax.random.fold_in(key, t), obs.action_mask)
+        obs, state, r, done, _, info = step(key, state, a, params)
+    assert bool(done) and np.isfinite(float(r))
