@@ -55,21 +55,23 @@ def _sharded_fn(devices: tuple, chunk: int):
     mesh = Mesh(np.asarray(devices), ("plans",))
     plans, everyone = PartitionSpec("plans"), PartitionSpec()
 
-    def local(graph, platform, placement, batch):
-        return evaluate(graph, platform, Plan(placement=placement, batch=batch), chunk=chunk)
+    def local(graph, platform, placement, batch, extra):  # extra: {"fmt", "code"} present
+        plan = Plan(placement=placement, batch=batch, **extra)
+        return evaluate(graph, platform, plan, chunk=chunk)
 
     sharded = jax.shard_map(
-        local, mesh=mesh, in_specs=(everyone, everyone, plans, plans), out_specs=plans,
+        local, mesh=mesh, in_specs=(everyone, everyone, plans, plans, plans), out_specs=plans,
         check_vma=False,
     )  # fmt: skip
 
     @jax.jit
-    def run(graph, platform, placement, batch):  # [B, N], [B] -> Metrics with leading B
+    def run(graph, platform, placement, batch, extra):  # [B, N], [B] -> Metrics with leading B
         b = placement.shape[0]
-        pad = -b % len(devices)  # padded plans: all on device 0 at batch 1, dropped below
+        pad = -b % len(devices)  # padded plans: all on device 0 at batch 1, FP16, dropped below
         placement = jnp.pad(placement, ((0, pad), (0, 0)))
         batch = jnp.pad(batch, (0, pad), constant_values=1.0)
-        return jax.tree.map(lambda x: x[:b], sharded(graph, platform, placement, batch))
+        extra = {k: jnp.pad(v, ((0, pad), (0, 0))) for k, v in extra.items()}
+        return jax.tree.map(lambda x: x[:b], sharded(graph, platform, placement, batch, extra))
 
     return run
 
@@ -84,7 +86,8 @@ def evaluate_sharded(
 ) -> Metrics:
     """`evaluate` on many plans at once, the plans split evenly over `devices` (default: all
     of `jax.devices()`), which simulate their shares in parallel. Same `Metrics` (s, J,
-    bytes) as `evaluate` up to float rounding, with the plan's leading axes. Call it from
+    bytes) as `evaluate` up to float rounding, with the plan's leading axes (formats and codes
+    of cost model 2.0 included). Call it from
     the host, not inside `jax.jit`. With one device, or fewer than two chunks of plans per
     device, it is `evaluate`.
     """
@@ -103,5 +106,11 @@ def evaluate_sharded(
     batch = jnp.broadcast_to(jnp.asarray(plan.batch), lead).reshape(-1)
     if not jnp.issubdtype(batch.dtype, jnp.floating):
         batch = batch.astype(jnp.float32)
-    out = _sharded_fn(devices, chunk)(graph, platform, placement.reshape((b, -1)), batch)
+    extra = {}  # cost model 2.0: formats and codes, per block or per op, with the plans' axes
+    for name in ("fmt", "code"):
+        x = getattr(plan, name)
+        if x is not None:
+            x = jnp.asarray(x, jnp.int32)
+            extra[name] = jnp.broadcast_to(x, lead + x.shape[-1:]).reshape((b, -1))
+    out = _sharded_fn(devices, chunk)(graph, platform, placement.reshape((b, -1)), batch, extra)
     return jax.tree.map(lambda x: x.reshape(lead + x.shape[1:]), out)

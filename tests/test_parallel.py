@@ -37,6 +37,16 @@ TWO_DEVICES = textwrap.dedent(
     plan = hj.Plan.from_blocks(graph, blocks[:1].repeat(7, 0), batch[:1].repeat(7, 0))
     hj.evaluate_sharded(graph, platform, plan, chunk=1)  # 7 plans again: no new trace
     assert _sharded_fn(tuple(jax.devices()), 1)._cache_size() == 2  # 7 and 15 plans
+    # cost model 2.0: formats and codes are simulated too (they were dropped: v1.1 numbers)
+    blocks = rng.integers(0, 3, (7, graph.m_max))
+    fmt, code = rng.integers(0, 3, (2, 7, graph.m_max))
+    plan = hj.Plan.from_blocks(graph, blocks, 4.0, fmt=fmt, code=code)
+    got = hj.evaluate_sharded(graph, platform, plan, chunk=1)
+    want = jax.jit(hj.evaluate, static_argnames="chunk")(graph, platform, plan, chunk=1)
+    assert float(np.max(np.asarray(want.quality_loss))) > 0
+    for name in ("latency", "energy", "throughput", "quality_loss", "feasible", "link_busy"):
+        np.testing.assert_allclose(np.asarray(getattr(got, name)),
+                                   np.asarray(getattr(want, name)), rtol=1e-6, err_msg=name)
     assert hj.use_cpu_devices(2) == 2  # the count already in place: a no-op
     try:
         hj.use_cpu_devices(3)
