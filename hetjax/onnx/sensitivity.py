@@ -38,7 +38,7 @@ import numpy as np
 import onnx
 
 from hetjax.errors import GraphError, OnnxImportError
-from hetjax.graphs.core import LayerGraph
+from hetjax.graphs.core import EMBED, MATMUL, LayerGraph
 from hetjax.onnx.importer import DEFAULT_DIMS, _resolve_inputs, import_model, node_names
 
 __all__ = ["Sensitivity", "sensitivity", "QUANTIZED_OPS"]
@@ -62,9 +62,16 @@ class Sensitivity:
 
     def fmt_loss(self, graph: LayerGraph, int8_points: float) -> LayerGraph:
         """`graph` (the same model's LayerGraph, the same blocks) with `fmt_loss[:, 1]` (INT8,
-        points) = `int8_points` spread over the blocks in proportion to `error`; the other
-        columns and `code_loss` unchanged. `int8_points`: the whole model's INT8 loss in
-        points of its task metric (a number the user brings)."""
+        points) = `int8_points` spread over the blocks; the other columns and `code_loss`
+        unchanged. `int8_points`: the whole model's INT8 loss in points of its task metric (a
+        number the user brings).
+
+        The spread: a block whose INT8 weights the cost model counts (MATMUL and EMBED ops)
+        but in which the measurement quantized nothing (an embedding's Gather, a Gemm head:
+        ONNX Runtime's dynamic mode leaves them float32, so their error is 0 by construction,
+        not by robustness) keeps the weight-share rule, its share of those ops' weight bytes;
+        the measured blocks share the rest of the points in proportion to their errors (all of
+        it when every weighted block was measured)."""
         if not isinstance(graph, LayerGraph) or graph.batch_shape:
             raise GraphError("fmt_loss: give one (unstacked) hetjax LayerGraph")
         m = len(self.block_names)
@@ -76,8 +83,20 @@ class Sensitivity:
         points = float(int8_points)
         if not np.isfinite(points) or points < 0:
             raise GraphError(f"fmt_loss: int8_points = {int8_points!r}: must be finite and >= 0")
+        real = np.asarray(graph.op_mask, bool)
+        cls, block = np.asarray(graph.op_class), np.asarray(graph.block)
+        weighted = real & ((cls == MATMUL) | (cls == EMBED))
+        weights = np.bincount(block[weighted], np.asarray(graph.param_bytes, np.float64)[weighted],
+                              minlength=m)[:m]  # fmt: skip
+        measured = np.array([len(n) > 0 for n in self.nodes])
+        unmeasured = ~measured & (weights > 0)
+        total_w = float(weights.sum())
+        by_weight = weights / total_w if total_w > 0 else np.zeros(m)
+        rest = 1.0 - float(by_weight[unmeasured].sum())  # the measured blocks' part
         total = float(self.error.sum())
-        share = self.error / total if total > 0 else np.zeros(m)
+        share = np.where(unmeasured, by_weight, 0.0)
+        if total > 0:
+            share = share + rest * self.error / total
         table = np.array(graph.fmt_loss, np.float32)
         table[:m, 1] = points * share
         return graph.replace(fmt_loss=jnp.asarray(table))
