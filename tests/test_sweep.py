@@ -320,6 +320,23 @@ def test_cosearch_marks_the_front_and_the_budget(tmp_path):
     assert max(rows, key=lambda r: r["params"])["on_front"]
 
 
+def test_a_quality_file_missing_a_model_is_refused_before_any_shard(tmp_path):
+    """`capacity = "quality"` with a CSV that lacks a model of the grid: one line naming the
+    file and the model, before anything is written (it was refused after the whole sweep)."""
+    quality = tmp_path / "q.csv"
+    quality.write_text("model,quality\nbert-tiny-L1,71.0\n")
+    spec = hj.sweep.parse({
+        "batches": [1], "methods": ["exact"], "platforms": ["edge"],
+        "models": [{"base": "bert-tiny", "n_layers": [1, 2]}],
+        "cosearch": {"capacity": "quality", "quality": str(quality)},
+    })  # fmt: skip
+    labels = [m.label for m in spec.models]
+    assert labels == ["bert-tiny-L1", "bert-tiny-L2"], labels
+    with pytest.raises(hj.SpecError, match=rf"q.csv.*no quality for '{labels[1]}'"):
+        hj.sweep.run(spec, tmp_path / "out", workers=1, progress=False)
+    assert not (tmp_path / "out").exists()
+
+
 def test_two_ray_workers_give_the_table_of_one_process(small_run, tmp_path):
     """A local Ray instance with two workers (started and stopped by the call)."""
     spec, table, _ = small_run

@@ -48,6 +48,21 @@ def _quality(path: str) -> dict[str, float]:
     return out
 
 
+def check_quality(spec: SweepSpec, labels) -> None:
+    """With `capacity = "quality"`: the CSV parses and has a row for every model label of the
+    sweep (`SpecError` naming the first missing one), checked before any shard runs."""
+    cs = spec.cosearch
+    if cs is None or cs.capacity != "quality":
+        return
+    q = _quality(cs.quality)
+    missing = [m for m in labels if m not in q]
+    if missing:
+        raise SpecError(
+            f"cosearch.quality = {cs.quality!r}: no quality for {missing[0]!r} "
+            f"({len(missing)} of the sweep's {len(labels)} models missing)"
+        )
+
+
 def cosearch(spec: SweepSpec, table):
     """The exact optimum's rows of `table` with `capacity`, `on_front` (Pareto-optimal among
     the models on the same platform, weights, batch set and seed) and `fits_budget` (latency

@@ -606,6 +606,9 @@ def prepare(spec: SweepSpec, out: str | Path, *, resume: bool = False,
         except HetjaxError as err:
             raise SpecError(f"models[{i}] ({m.label}): {err}") from None
         graphs[m.label] = g
+    from hetjax.sweep.cosearch import check_quality
+
+    check_quality(spec, [m.label for m in spec.models])  # every model has its quality row
     # one padded shape for every model: a model grid compiles each jitted method once
     n, mm, p = (max(getattr(g, k) for g in graphs.values()) for k in ("n_max", "m_max", "p_max"))
     graphs = {k: jax.tree.map(np.asarray, hj.graphs.pad(g, n, mm, p)) for k, g in graphs.items()}
