@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import write_json  # noqa: E402
+from common import add_out_dir, use_out_dir, write_json  # noqa: E402
 
 COMMANDS = {
     "evaluate bert-base (op)": ["evaluate", "--model", "bert-base", "--granularity", "op"],
@@ -44,8 +44,10 @@ def _run(args: list[str], cache: str, out: str) -> float:
 
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_out_dir(ap)
     ap.add_argument("--repeats", type=int, default=2)
     args = ap.parse_args(argv)
+    use_out_dir(args)
     rows = []
     for name, cmd in COMMANDS.items():
         off, cold, warm = [], [], []

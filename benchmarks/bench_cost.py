@@ -41,7 +41,7 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine, seconds_per_call, timeit, write_json  # noqa: E402
+from common import add_out_dir, machine, seconds_per_call, timeit, use_out_dir, write_json  # noqa: E402
 
 import hetjax as hj  # noqa: E402
 from hetjax.reference import evaluate_reference  # noqa: E402
@@ -182,6 +182,7 @@ def format_rows(model, platform, sizes, *, quick: bool) -> list[dict]:
 
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_out_dir(ap)
     ap.add_argument("--model", default="bert-base")
     ap.add_argument("--platform", default="edge")
     ap.add_argument("--sizes", default="1,64,1024,16384")
@@ -207,6 +208,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--formats-only", action="store_true", help="run only the 2.0 rows")
     ap.add_argument("--quick", action="store_true", help="fewer repeats (smoke run)")
     args = ap.parse_args(argv)
+    use_out_dir(args)
     n_dev = hj.use_cpu_devices(args.devices)  # before JAX runs anything
     sizes = [int(s) for s in args.sizes.split(",")]
     sharded_sizes = [int(s) for s in args.sharded_sizes.split(",")]

@@ -28,7 +28,7 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine, timeit, write_json  # noqa: E402
+from common import add_out_dir, machine, timeit, use_out_dir, write_json  # noqa: E402
 
 import hetjax as hj  # noqa: E402
 from hetjax.env import PlacementEnv, random_valid_action  # noqa: E402
@@ -101,6 +101,7 @@ def tile(tree, b):
 
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_out_dir(ap)
     ap.add_argument("--model", default="bert-base")
     ap.add_argument("--platform", default="edge", help="preset the platforms are sampled around")
     ap.add_argument("--sizes", default="1,1024,16384")
@@ -109,6 +110,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--chunk", type=int, default=1024, help="group size of the chunked rows")
     ap.add_argument("--quick", action="store_true", help="fewer repeats (smoke run)")
     args = ap.parse_args(argv)
+    use_out_dir(args)
     sizes = [int(s) for s in args.sizes.split(",")]
     repeats = 1 if args.quick else 5
 

@@ -24,18 +24,20 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine, timeit, write_json  # noqa: E402
+from common import add_out_dir, machine, timeit, use_out_dir, write_json  # noqa: E402
 
 import hetjax as hj  # noqa: E402
 
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_out_dir(ap)
     ap.add_argument("--model", default="bert-base")
     ap.add_argument("--platform", default="edge")
     ap.add_argument("--sizes", type=int, nargs="+", default=[1024, 8192])
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args(argv)
+    use_out_dir(args)
     g = hj.graphs.transformer(args.model)
     env = hj.env.PlacementEnv.sized_for([g], [hj.hardware.preset(args.platform)])
     gp = env.pad_graph(g)

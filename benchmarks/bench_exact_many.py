@@ -41,7 +41,7 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine, write_json  # noqa: E402
+from common import add_out_dir, machine, use_out_dir, write_json  # noqa: E402
 
 import hetjax as hj  # noqa: E402
 from hetjax.exact import _batch, _many  # noqa: E402  (search_threads, the worker threshold)
@@ -170,6 +170,7 @@ def _finish(name, args, argv, presets, console, failure: str) -> None:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_out_dir(ap)
     ap.add_argument("--model", default="bert-base")
     ap.add_argument("--platforms", nargs="+", default=["edge", "host3"])
     ap.add_argument("-n", type=int, default=256)
@@ -178,6 +179,7 @@ def main(argv=None) -> None:
     ap.add_argument("--formats", action="store_true",
                     help="cost model 2.0: one process against Ray workers (see above)")  # fmt: skip
     args = ap.parse_args(argv)
+    use_out_dir(args)
     graph = hj.graphs.transformer(args.model, seq_len=128, granularity="block")
     if args.formats:
         return main_formats(args, graph, argv)

@@ -26,7 +26,7 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine, write_json  # noqa: E402
+from common import add_out_dir, machine, use_out_dir, write_json  # noqa: E402
 
 import hetjax as hj  # noqa: E402
 
@@ -51,11 +51,13 @@ def _same(a, b) -> bool:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_out_dir(ap)
     ap.add_argument("-n", type=int, default=10000, help="platforms (the target: 10000)")
     ap.add_argument("--workers", default="1,2", help="comma-separated worker counts")
     ap.add_argument("--shard-size", type=int, default=256)
     ap.add_argument("--methods", default="baselines,exact")
     args = ap.parse_args(argv)
+    use_out_dir(args)
     hj.enable_compilation_cache()
     spec = hj.sweep.load(ROOT / "examples" / "sweep_edge_10k.toml")
     doc = {

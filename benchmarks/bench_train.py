@@ -37,7 +37,7 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine, timeit, write_json  # noqa: E402
+from common import add_out_dir, machine, timeit, use_out_dir, write_json  # noqa: E402
 
 from hetjax.agents import ppo  # noqa: E402
 
@@ -151,6 +151,7 @@ def bench_seeds(base: ppo.PPOConfig, seeds: int, repeats: int) -> dict:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_out_dir(ap)
     ap.add_argument("--model", default="bert-base")
     ap.add_argument("--platform", default="edge")
     ap.add_argument("--num-envs", type=int, nargs="+", default=[64, 256, 1024, 4096])
@@ -169,6 +170,7 @@ def main(argv=None) -> None:
     )
     ap.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     args = ap.parse_args(argv)
+    use_out_dir(args)
     if args.quick:
         args.num_envs, args.seeds, args.repeats = [64, 256], [2], 1
 

@@ -41,8 +41,26 @@ def machine() -> dict:
     }
 
 
+_OUT = [RESULTS]  # where write_json writes (`--out-dir`)
+
+
+def add_out_dir(ap) -> None:
+    """The `--out-dir` option every benchmark has: its default, benchmarks/results, holds the
+    checked-in files that the README's and docs' tables are generated from (and that
+    `scripts/readme_tables.py --check` compares them with), so a run with other options
+    there changes the published tables; another folder keeps them."""
+    ap.add_argument("--out-dir", type=Path, default=RESULTS,
+                    help="folder for the JSON (default benchmarks/results: the checked-in "
+                         "files the README tables read; give another to keep them)")  # fmt: skip
+
+
+def use_out_dir(args) -> None:
+    _OUT[0] = Path(args.out_dir)
+
+
 def write_json(name: str, doc: dict) -> Path:
-    """Write benchmarks/results/<name>.json atomically, as strict JSON (hetjax.io)."""
+    """Write <out dir>/<name>.json (default benchmarks/results) atomically, as strict JSON
+    (hetjax.io)."""
     from hetjax.io import write_json as _write_json
 
-    return _write_json(RESULTS / f"{name}.json", doc)
+    return _write_json(_OUT[0] / f"{name}.json", doc)

@@ -1,0 +1,32 @@
+"""The benchmark scripts: each has `--out-dir`, so that a run with other options can keep the
+checked-in result files (benchmarks/results, which the README's tables are generated from)."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+from load_script import ROOT, load_script
+
+NAMES = ["cli_cache", "cost", "env", "env_params", "exact_many", "sweep", "train"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_benchmark_takes_an_output_folder(name, capsys, monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    module = load_script(f"benchmarks/bench_{name}.py")
+    with pytest.raises(SystemExit) as exc:
+        module.main(["--help"])
+    assert exc.value.code == 0
+    assert "--out-dir" in capsys.readouterr().out
+
+
+def test_write_json_goes_to_the_chosen_folder(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    common = load_script("benchmarks/common.py")
+    ap = argparse.ArgumentParser()
+    common.add_out_dir(ap)
+    assert ap.parse_args([]).out_dir == ROOT / "benchmarks" / "results"
+    common.use_out_dir(ap.parse_args(["--out-dir", str(tmp_path)]))
+    assert common.write_json("x", {"a": 1}) == tmp_path / "x.json"
+    assert (tmp_path / "x.json").read_text().strip().startswith("{")
