@@ -152,6 +152,12 @@ def main() -> None:
     ap.add_argument("--no-baseline", action="store_true",
                     help="--formats without the unsnapped tables' timings")  # fmt: skip
     args = ap.parse_args()
+    for flag, name in (("--model", args.model), ("--small", args.small)):
+        if name not in hj.graphs.MODELS:  # one line before any work, not a traceback
+            ap.error(f"{flag} {name!r}: use one of {', '.join(hj.graphs.MODELS)}")
+    for name in args.presets.split(","):
+        if name not in hj.hardware.PRESETS:
+            ap.error(f"--presets {name!r}: use one of {', '.join(hj.hardware.PRESETS)}")
     if args.formats:
         rows = formats_rows(args.model, args.budget, args.repeat, args.presets.split(","),
                             not args.no_baseline)  # fmt: skip

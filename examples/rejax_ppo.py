@@ -123,6 +123,12 @@ def main(argv=None):
     ap.add_argument("--timesteps", type=int, default=32_768)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
+    if args.timesteps < 1024:  # rejax PPO's one update: 64 envs x 16 steps
+        ap.error(f"--timesteps {args.timesteps}: must be >= 1024 (one PPO update)")
+    try:
+        make_env(args.model, args.platform)  # bad names: one line, before any training
+    except hj.HetjaxError as err:
+        ap.error(str(err))
     out = train(args.model, args.platform, args.timesteps, args.seed)
     print(f"rejax PPO, {out['timesteps']} steps in {out['train_wall_s']:.1f} s (compile included)")
     print(f"greedy plan's return (SPEC score): {out['greedy_return']:.4f}")

@@ -189,4 +189,6 @@ def _plot(results: dict, path: Path) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from _main import run  # scripts/ is the program's sys.path[0]
+
+    run(main)

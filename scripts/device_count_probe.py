@@ -121,4 +121,6 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from _main import run  # scripts/ is the program's sys.path[0]
+
+    run(main)

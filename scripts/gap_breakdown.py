@@ -108,4 +108,6 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    from _main import run  # scripts/ is the program's sys.path[0]
+
+    run(main)

@@ -445,4 +445,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from _main import run  # scripts/ is the program's sys.path[0]
+
+    sys.exit(run(main))

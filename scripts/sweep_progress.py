@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -65,6 +66,8 @@ def main(argv=None) -> None:
     ap.add_argument("--elapsed", type=float, default=None, help="wall seconds run so far")
     ap.add_argument("--json", type=Path, default=None, help="also write the summary here")
     args = ap.parse_args(argv)
+    if args.elapsed is not None and not (math.isfinite(args.elapsed) and args.elapsed > 0):
+        ap.error(f"--elapsed {args.elapsed}: must be seconds > 0")  # one line, exit 2
     doc = progress(args.out, args.elapsed)
     text = json.dumps(doc, indent=1)
     print(text)
@@ -73,4 +76,6 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from _main import run  # scripts/ is the program's sys.path[0]
+
+    sys.exit(run(main))
