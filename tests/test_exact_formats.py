@@ -250,6 +250,29 @@ def test_time_limit_returns_the_best_plan_found_and_a_bound_on_the_optimum():
     assert cut16["optimal"] == (cut16["upper_bound"] <= cut16["score64"])
 
 
+def test_a_search_too_large_for_memory_stops_under_a_time_limit_and_refuses_without(
+    monkeypatch,
+):
+    """The labels' memory guard (`MAX_CANDIDATES`, 2^24; tinyllama-1.1b on host3 was killed
+    at 24 GB without it), here made tiny: under a time limit the search stops as at the
+    deadline with an honest bound; without one it refuses, since it cannot be exact."""
+    from hetjax.exact import _formats
+
+    g = hj.graphs.transformer("bert-tiny", seq_len=32)
+    p = hj.hardware.preset("edge")
+    kw = dict(formats=(0, 1, 2), codes=(0, 1, 2), quality_budget=0.5)
+    full = {}
+    _, value = hj.exact.optimal_score(g, p, BATCHES, **kw, stats=full)
+    monkeypatch.setattr(_formats, "MAX_CANDIDATES", 200)
+    cut = {}
+    plan, found = hj.exact.optimal_score(g, p, BATCHES, **kw, stats=cut, time_limit=3600)
+    assert not cut["optimal"] and found <= value + 1e-6
+    assert cut["upper_bound"] >= full["score64"] - 1e-12
+    assert bool(hj.evaluate(g, p, plan).feasible)
+    with pytest.raises(hj.PlanError, match=r"labels at block \d+.*time_limit"):
+        hj.exact.optimal_score(g, p, BATCHES, **kw)
+
+
 @pytest.mark.parametrize("limit", [0.0, -1.0, float("nan"), "soon"])
 def test_bad_time_limit_is_refused(limit):
     g = hj.graphs.transformer("bert-tiny", seq_len=32)

@@ -22,6 +22,7 @@ from time import perf_counter
 
 import numpy as np
 
+from hetjax.errors import PlanError
 from hetjax.exact._chain import ChainProblem, _host, exact_grid, snap
 from hetjax.exact._search import (
     _dominated,
@@ -50,6 +51,13 @@ DOMINANCE_CHUNK = 256
 # against 1.7 s for 120; on `host3` 45 points 235 s against 246 s for 120, 15 did not finish
 # in 10 minutes; 2026-11-28)
 CHORD_POINTS = {2: 15, 3: 45}
+# Candidate labels one block of a search may expand to (labels kept x legal states): about
+# 300 bytes each at their peak (the label columns, their concatenation, the dominance
+# tables), so 2^24 is about 5 GB. bert-base on `host3` (27 states per block) peaks near 2.2
+# million; tinyllama-1.1b on `host3` outgrew a 24 GB machine and was killed (2026-11-28).
+# Past it a search with a deadline stops as at the deadline (best plan and a bound); one
+# without a deadline raises `PlanError` (it cannot be exact in this memory).
+MAX_CANDIDATES = 1 << 24
 
 
 @dataclass(frozen=True)
@@ -532,6 +540,16 @@ def label_search(
     for j in range(m):
         if past(j):
             return no_plan(complete=False)
+        grow = t.shape[0] * int(np.count_nonzero(tab.legal[j]))
+        if grow > MAX_CANDIDATES:  # memory: stop as at a deadline, or refuse to be inexact
+            if deadline is not None and mode == "score":
+                return no_plan(complete=False)
+            raise PlanError(
+                f"the exact search with formats and codes would expand {grow:,} labels at "
+                f"block {j} of {m} (batch {b:g}; the limit is {MAX_CANDIDATES:,}, about 5 GB): "
+                "too large to be exact in this memory; give time_limit= for the best plan "
+                "found and a bound on the optimum"
+            )
         parts = []
         n = t.shape[0]
         rows = np.arange(n)

@@ -231,7 +231,9 @@ def optimal_score(
     `stats["optimal"]` and `stats["upper_bound"]` (the largest of the plan's score, the
     bounds of the batches stopped part way and the root bounds of those not reached). The
     seeds (dynamic programs and local search) always run: about a second on the built-in
-    models.
+    models. A search with formats or codes whose labels would outgrow about 5 GB in one block
+    (2^24 candidate labels) stops there as at the time limit when one is given, and raises
+    `PlanError` when none is (it cannot be exact in that memory).
     """
     t0 = time.perf_counter()
     _check_b_ref("optimal_score", b_ref)
