@@ -146,6 +146,16 @@ CASES = [
         ' "link_bw": [[1]], "link_latency": [[0]], "link_energy": [[0]],'
         ' "device_mask": [true]}}'))),
      hj.PlatformError, ("mem_bw[0]", "nan")),
+    ("load-string-field", lambda tmp: hj.hardware.load(_platform_file(tmp, (
+        '{"format": "hetjax.platform/1", "fields": {"peak": [[1,1,1,1,1,1]], "mem_bw": ["x"],'
+        ' "launch": [0], "mem_capacity": [1], "p_busy": [1], "p_idle": [0], "b_half": [0],'
+        ' "link_bw": [[1]], "link_latency": [[0]], "link_energy": [[0]],'
+        ' "device_mask": [true]}}'))), hj.PlatformError, ("platform.json", "not an array")),
+    ("load-directory", lambda tmp: hj.hardware.load(tmp), hj.PlatformError, ("directory",)),
+    ("load-meta-missing", lambda tmp: hj.hardware.load_meta(tmp / "nope.json"),
+     hj.PlatformError, ("nope.json",)),
+    ("load-meta-list", lambda tmp: hj.hardware.load_meta(_platform_file(tmp, "[1, 2]")),
+     hj.PlatformError, ("platform.json", "not a hetjax platform")),
     ("load-no-device-mask", lambda tmp: hj.hardware.load(_platform_file(tmp, (
         '{"format": "hetjax.platform/1", "fields": {"peak": [[1,1,1,1,1,1]], "mem_bw": [1],'
         ' "launch": [0], "mem_capacity": [1], "p_busy": [1], "p_idle": [0], "b_half": [0],'
@@ -161,6 +171,19 @@ CASES = [
      ("model", "gpt-9")),
     ("transformer-seq-len", lambda: hj.graphs.transformer("bert-mini", seq_len=0),
      hj.GraphError, ("seq_len", "0")),
+    ("transformer-n-max-zero", lambda: hj.graphs.transformer("bert-mini", n_max=0),
+     hj.GraphError, ("n_max", "0")),
+    ("graph-no-ops", lambda: hj.graphs.GraphBuilder().build(), hj.GraphError,
+     ("0 ops", "0 blocks")),
+    ("graphs-unstack-one", lambda: hj.graphs.unstack(_graph()), hj.GraphError,
+     ("unstack", "one graph")),
+    ("hardware-unstack-one", lambda: hj.hardware.unstack(_platform()), hj.PlatformError,
+     ("unstack", "one platform")),
+    ("preset-list", lambda: hj.hardware.preset(["edge"]), hj.UnknownNameError,
+     ("preset", "['edge']")),
+    ("sample-invalid-base", lambda: hj.hardware.sample(jax.random.key(0), 2, base=_platform(
+        ).replace(mem_bw=jnp.asarray([NAN, 1e11], jnp.float32))), hj.PlatformError,
+     ("mem_bw[0]", "nan")),
     ("transformer-seq-len-fraction", lambda: hj.graphs.transformer("bert-mini", seq_len=1.5),
      hj.GraphError, ("seq_len", "1.5")),
     ("optimal-scores-workers-fraction", lambda: hj.exact.optimal_scores(

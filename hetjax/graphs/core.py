@@ -167,6 +167,8 @@ def validate(graph: LayerGraph, name: str = "graph") -> LayerGraph:
     if a["op_class"].ndim < 1:
         raise GraphError(f"{name}.op_class: must have shape [N], got a scalar")
     n, m = a["op_class"].shape[-1], a["block_kind"].shape[-1]
+    if n == 0 or m == 0:  # (the simulator divides by the op and block counts)
+        raise GraphError(f"{name}: {n} ops and {m} blocks: a graph needs at least one of each")
     expected = {
         "op_class": batch + (n,),
         "block": batch + (n,),
@@ -301,5 +303,8 @@ def stack(graphs: Sequence[LayerGraph]) -> LayerGraph:
 
 def unstack(graph: LayerGraph) -> list[LayerGraph]:
     """Split a stacked graph along its leading axis."""
+    if not isinstance(graph, LayerGraph) or graph.batch_shape == ():
+        shown = type(graph).__name__ if not isinstance(graph, LayerGraph) else "one graph"
+        raise GraphError(f"unstack: graph = {shown}: give graphs stacked on a leading axis")
     k = graph.op_class.shape[0]
     return [jax.tree.map(lambda x, i=i: x[i], graph) for i in range(k)]

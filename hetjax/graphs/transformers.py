@@ -378,7 +378,7 @@ def transformer(
     if n_max is not None or m_max is not None:
         from hetjax.graphs.core import pad
 
-        g = pad(g, n_max or g.n_max, m_max or g.m_max)
+        g = pad(g, g.n_max if n_max is None else n_max, g.m_max if m_max is None else m_max)
     return g
 
 

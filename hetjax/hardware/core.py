@@ -240,6 +240,11 @@ def stack(platforms: Sequence[Platform]) -> Platform:
 
 def unstack(platform: Platform) -> list[Platform]:
     """Split a stacked platform along its leading axis."""
+    if not isinstance(platform, Platform) or platform.batch_shape == ():
+        shown = "one platform" if isinstance(platform, Platform) else type(platform).__name__
+        raise PlatformError(
+            f"unstack: platform = {shown}: give platforms stacked on a leading axis"
+        )
     return [jax.tree.map(lambda x, i=i: x[i], platform) for i in range(platform.mem_bw.shape[0])]
 
 
@@ -260,7 +265,9 @@ def load(path: str | os.PathLike) -> Platform:
             raise KeyError("format")
     except FileNotFoundError:
         raise PlatformError(f"{path}: no such platform file") from None
-    except (json.JSONDecodeError, KeyError, TypeError) as err:
+    except IsADirectoryError:
+        raise PlatformError(f"{path}: is a directory, not a platform file") from None
+    except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError) as err:
         raise PlatformError(f"{path}: not a hetjax platform JSON file ({err})") from None
     if isinstance(fields, dict) and "device_mask" not in fields:
         # version 1's own field: `create` defaults it (all real) for Python callers, but every
@@ -270,8 +277,19 @@ def load(path: str | os.PathLike) -> Platform:
         return Platform.create(**fields)
     except TypeError as err:
         raise PlatformError(f"{path}: wrong fields ({err})") from None
+    except ValueError as err:  # a string where a number belongs, ragged rows
+        raise PlatformError(f"{path}: a field is not an array of numbers ({err})") from None
 
 
 def load_meta(path: str | os.PathLike) -> dict:
     """The metadata dict stored beside a platform by `save`."""
-    return json.loads(Path(path).read_text()).get("meta", {})
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise PlatformError(f"{path}: no such platform file") from None
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise PlatformError(f"{path}: not a hetjax platform JSON file ({err})") from None
+    if not isinstance(doc, dict):
+        raise PlatformError(f"{path}: not a hetjax platform JSON file (not an object)")
+    return doc.get("meta", {})

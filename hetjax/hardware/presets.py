@@ -262,6 +262,9 @@ PRESETS: dict[str, PresetSpec] = {
 
 def preset(name: str) -> Platform:
     """The `Platform` of a named preset (see `PRESETS`, docs/hardware.md for sources)."""
+    if not isinstance(name, str):
+        raise UnknownNameError(f"preset: name = {name!r}: give a preset's name, one of "
+                               f"{', '.join(PRESETS)}")  # fmt: skip
     try:
         spec = PRESETS[name]
     except KeyError:

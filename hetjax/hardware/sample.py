@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hetjax.errors import PlatformError
-from hetjax.hardware.core import Platform
+from hetjax.hardware.core import Platform, validate
 from hetjax.hardware.presets import LINKS, preset
 
 __all__ = ["sample", "SAMPLED_LINKS", "MAX_SPREAD"]
@@ -81,6 +81,8 @@ def sample(
         raise PlatformError(
             f"sample: base has batch shape {p.batch_shape}: must be a single platform"
         )
+    if not any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(p)):
+        validate(p, "sample: base")  # a valid base, so that the samples are valid too
     d = p.d_max
     keys = jax.random.split(key, 12)
 
