@@ -346,6 +346,16 @@ def test_unresolved_symbolic_dims_are_listed(files):
     assert _snapshot(files["bert"].parent) == before
 
 
+def test_an_input_of_unknown_rank_is_refused_not_costed_as_a_scalar():
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, None)  # no shape at all
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y])
+    with pytest.raises(OnnxImportError, match=r"input 'x' has no shape \(unknown rank\)"):
+        hjo.load_graph(helper.make_model(graph))
+
+
 def test_graph_larger_than_padding(files):
     dims = {"batch": 1, "sequence": 16}
     n = hjo.load_graph(files["bert"], dims).n_max

@@ -294,6 +294,11 @@ def _resolve_inputs(model, label, dims) -> tuple[dict[str, tuple[int, ...]], dic
             continue
         tt = vi.type.tensor_type
         dtypes[vi.name] = tt.elem_type
+        if not tt.HasField("shape"):  # unknown rank: costed as a scalar it would be silently off
+            raise OnnxImportError(
+                f"{label}: graph input {vi.name!r} has no shape (unknown rank): export the model "
+                "with its input shapes (symbolic dimensions are fine, dims= sets them)"
+            )
         shape = []
         for axis, d in enumerate(tt.shape.dim):
             if d.HasField("dim_value") and d.dim_value > 0:
