@@ -252,6 +252,22 @@ CASES = [
      ("num_updates = 0", "imitation_steps = 0")),
     ("ppo-width", lambda: hj.agents.PPOConfig(width=0), hj.PlanError, ("width", "0")),
     # --- hj.onnx ------------------------------------------------------------------------------
+    ("onnx-dims-fraction", lambda tmp: hj.onnx.load_graph(hj.onnx.export_transformer(
+        "bert-tiny", tmp / "m.onnx"), dims={"batch": 1, "sequence": 2.5}), hj.OnnxImportError,
+     ("dims['sequence']", "2.5")),
+    ("onnx-dims-bool", lambda tmp: hj.onnx.load_graph(hj.onnx.export_transformer(
+        "bert-tiny", tmp / "m.onnx"), dims={"batch": True, "sequence": 16}), hj.OnnxImportError,
+     ("dims['batch']", "True")),
+    ("onnx-p-max-string", lambda tmp: hj.onnx.load_graph(hj.onnx.export_transformer(
+        "bert-tiny", tmp / "m.onnx", seq_len=16, batch=1), p_max="a"), hj.OnnxImportError,
+     ("p_max", "'a'")),
+    ("onnx-dtype-bytes-string", lambda tmp: hj.onnx.load_graph(hj.onnx.export_transformer(
+        "bert-tiny", tmp / "m.onnx", seq_len=16, batch=1), dtype_bytes="2"),
+     hj.OnnxImportError, ("dtype_bytes", "'2'")),
+    ("graphs-stack-mixed", lambda: hj.graphs.stack([hj.graphs.stack([_graph()]), _graph()]),
+     hj.GraphError, ("graphs[1]", "batch shape")),
+    ("hardware-stack-mixed", lambda: hj.hardware.stack([hj.hardware.sample(
+        jax.random.key(0), 2), _platform()]), hj.PlatformError, ("platforms[1]", "batch shape")),
     ("onnx-missing-file", lambda tmp: hj.onnx.load_graph(tmp / "none.onnx"),
      hj.OnnxImportError, ("none.onnx",)),
     ("onnx-not-onnx", lambda tmp: hj.onnx.load_graph(_platform_file(tmp, "not a model")),

@@ -294,6 +294,9 @@ def stack(graphs: Sequence[LayerGraph]) -> LayerGraph:
     for i, g in enumerate(graphs):
         if not isinstance(g, LayerGraph):
             raise GraphError(f"stack: graphs[{i}] = {type(g).__name__}: expected a LayerGraph")
+        if g.batch_shape != graphs[0].batch_shape:
+            raise GraphError(f"stack: graphs[{i}] has batch shape {g.batch_shape}, graphs[0] "
+                             f"{graphs[0].batch_shape}: stack graphs of one kind")  # fmt: skip
     n = max(g.n_max for g in graphs)
     m = max(g.m_max for g in graphs)
     p = max(g.p_max for g in graphs)

@@ -234,6 +234,11 @@ def stack(platforms: Sequence[Platform]) -> Platform:
     for i, p in enumerate(platforms):
         if not isinstance(p, Platform):
             raise PlatformError(f"stack: platforms[{i}] = {type(p).__name__}: expected a Platform")
+        if p.batch_shape != platforms[0].batch_shape:
+            raise PlatformError(
+                f"stack: platforms[{i}] has batch shape {p.batch_shape}, platforms[0] "
+                f"{platforms[0].batch_shape}: stack platforms of one kind"
+            )
     d = max(p.d_max for p in platforms)
     return jax.tree.map(lambda *xs: jnp.stack(xs), *[pad(p, d) for p in platforms])
 

@@ -32,6 +32,7 @@ Conventions (per node, at the shapes resolved from `dims`; docs/calibration.md h
 from __future__ import annotations
 
 import math
+import numbers
 import os
 import re
 import warnings
@@ -311,8 +312,11 @@ def _resolve_inputs(model, label, dims) -> tuple[dict[str, tuple[int, ...]], dic
                 missing.append(key)
                 shape.append(1)
                 continue
-            if int(val) < 1:
-                raise OnnxImportError(f"{label}: dims[{key!r}] = {val}: must be >= 1")
+            whole = isinstance(val, numbers.Integral) or (
+                isinstance(val, float) and val.is_integer()
+            )
+            if isinstance(val, bool) or not whole or int(val) < 1:
+                raise OnnxImportError(f"{label}: dims[{key!r}] = {val!r}: must be an int >= 1")
             shape.append(int(val))
             if (alias or key) == "batch":
                 batch = int(val)
@@ -733,10 +737,11 @@ def import_model(
     model, label = read_model(path_or_model)
     if granularity not in ("block", "op"):
         raise OnnxImportError(f"granularity = {granularity!r}: use 'block' or 'op'")
-    if p_max < 1:
-        raise OnnxImportError(f"p_max = {p_max}: must be >= 1")
-    if dtype_bytes is not None and dtype_bytes <= 0:
-        raise OnnxImportError(f"dtype_bytes = {dtype_bytes}: must be > 0")
+    if isinstance(p_max, bool) or not isinstance(p_max, numbers.Integral) or p_max < 1:
+        raise OnnxImportError(f"p_max = {p_max!r}: must be an int >= 1")
+    if dtype_bytes is not None and (isinstance(dtype_bytes, bool) or not isinstance(
+            dtype_bytes, numbers.Integral) or dtype_bytes <= 0):  # fmt: skip
+        raise OnnxImportError(f"dtype_bytes = {dtype_bytes!r}: must be an int > 0")
     if fuse is not None and not isinstance(fuse, bool):
         raise OnnxImportError(f"fuse = {fuse!r}: use True, False or None")
     fuse = granularity == "block" if fuse is None else fuse
