@@ -157,13 +157,11 @@ def optimal_scores(
     k = int(np.shape(platforms.mem_bw)[0])
     host_graph, host_platforms = _host(graph), _host(platforms)
     singles = [jax.tree.map(lambda x, i=i: x[i], host_platforms) for i in range(k)]
-    if workers is not None and (
-        isinstance(workers, bool) or not isinstance(workers, numbers.Integral)
-    ):
+    if workers is None:
+        workers = default_workers()
+    elif isinstance(workers, bool) or not isinstance(workers, numbers.Integral) or workers < 1:
         raise PlanError(f"optimal_scores: workers={workers!r} must be a whole number >= 1")
-    workers = default_workers() if workers is None else int(workers)
-    if workers < 1:
-        raise PlanError(f"optimal_scores: workers={workers} must be at least 1")
+    workers = int(workers)
     # checked here, before any worker starts (each platform's search checks them again)
     formats = check_choices(formats, "formats", "optimal_scores")
     codes = check_choices(codes, "codes", "optimal_scores")

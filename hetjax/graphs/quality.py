@@ -26,7 +26,7 @@ import numpy as np
 from hetjax.errors import GraphError
 from hetjax.graphs.core import EMBED, MATMUL, LayerGraph
 
-__all__ = ["QualityLoss", "QUALITY", "spread", "default_losses"]
+__all__ = ["QualityLoss", "QUALITY", "spread", "default_losses", "weight_share"]
 
 
 @dataclass(frozen=True)
@@ -94,6 +94,18 @@ def default_losses(arch: str) -> QualityLoss:
         ) from None
 
 
+def weight_share(graph: LayerGraph) -> np.ndarray:
+    """f64[M]: each block's share of the param bytes of the real MATMUL and EMBED ops (the
+    weights a format quantizes; 0 everywhere for a graph without any). One graph; host-side."""
+    real = np.asarray(graph.op_mask, bool)
+    cls = np.asarray(graph.op_class)
+    weights = np.where(real & ((cls == MATMUL) | (cls == EMBED)), graph.param_bytes, 0.0)
+    share = np.bincount(np.asarray(graph.block)[real], weights[real], minlength=graph.m_max)
+    share = share[: graph.m_max]
+    total = share.sum()
+    return share / total if total > 0 else share
+
+
 def spread(graph: LayerGraph, losses: QualityLoss) -> LayerGraph:
     """`graph` with `fmt_loss` and `code_loss` (points, f32[M, 3]) spread from whole-model
     `losses` by the rule of this module (weight share for formats, even for codes). One
@@ -102,13 +114,8 @@ def spread(graph: LayerGraph, losses: QualityLoss) -> LayerGraph:
         raise GraphError("spread: give one (unstacked) hetjax LayerGraph")
     if not isinstance(losses, QualityLoss):
         raise GraphError(f"spread: losses = {type(losses).__name__}: expected a QualityLoss")
-    real = np.asarray(graph.op_mask, bool)
-    cls = np.asarray(graph.op_class)
-    weights = np.where(real & ((cls == MATMUL) | (cls == EMBED)), graph.param_bytes, 0.0)
     m = graph.m_max
-    share = np.bincount(np.asarray(graph.block)[real], weights[real], minlength=m)[:m]
-    total = share.sum()
-    share = share / total if total > 0 else share
+    share = weight_share(graph)
     blocks = np.asarray(graph.block_mask, bool)
     even = blocks / max(int(blocks.sum()), 1)
     fmt = np.zeros((m, 3), np.float32)

@@ -38,7 +38,8 @@ import numpy as np
 import onnx
 
 from hetjax.errors import GraphError, OnnxImportError
-from hetjax.graphs.core import EMBED, MATMUL, LayerGraph
+from hetjax.graphs.core import LayerGraph
+from hetjax.graphs.quality import weight_share
 from hetjax.onnx.importer import DEFAULT_DIMS, _resolve_inputs, import_model, node_names
 
 __all__ = ["Sensitivity", "sensitivity", "QUANTIZED_OPS"]
@@ -83,15 +84,9 @@ class Sensitivity:
         points = float(int8_points)
         if not np.isfinite(points) or points < 0:
             raise GraphError(f"fmt_loss: int8_points = {int8_points!r}: must be finite and >= 0")
-        real = np.asarray(graph.op_mask, bool)
-        cls, block = np.asarray(graph.op_class), np.asarray(graph.block)
-        weighted = real & ((cls == MATMUL) | (cls == EMBED))
-        weights = np.bincount(block[weighted], np.asarray(graph.param_bytes, np.float64)[weighted],
-                              minlength=m)[:m]  # fmt: skip
+        by_weight = weight_share(graph)[:m]  # the built-in models' rule (`spread`)
         measured = np.array([len(n) > 0 for n in self.nodes])
-        unmeasured = ~measured & (weights > 0)
-        total_w = float(weights.sum())
-        by_weight = weights / total_w if total_w > 0 else np.zeros(m)
+        unmeasured = ~measured & (by_weight > 0)
         rest = 1.0 - float(by_weight[unmeasured].sum())  # the measured blocks' part
         total = float(self.error.sum())
         share = np.where(unmeasured, by_weight, 0.0)

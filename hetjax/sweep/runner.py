@@ -681,13 +681,11 @@ def run(
     from hetjax.exact import default_workers
 
     out = Path(out)
-    if workers is not None and (
-        isinstance(workers, bool) or not isinstance(workers, numbers.Integral)
-    ):
+    if workers is None:
+        workers = default_workers()
+    elif isinstance(workers, bool) or not isinstance(workers, numbers.Integral) or workers < 1:
         raise SpecError(f"workers = {workers!r}: must be a whole number >= 1")
-    workers = default_workers() if workers is None else int(workers)
-    if workers < 1:
-        raise SpecError(f"workers = {workers}: must be >= 1")
+    workers = int(workers)
     shared, per_seed, shards, manifest = prepare(spec, out, resume=resume, shard_size=shard_size)
     todo = [s for s in shards if not (resume and _read_shard(out, s.index) is not None)]
 
