@@ -70,6 +70,13 @@ def _make_params(**kw):
 
 
 # (id, thunk or thunk factory taking tmp_path, error class, needles: the field and the value)
+def _builder():
+    b = hj.graphs.GraphBuilder()
+    b.begin_block("FFN", "ffn")  # a kind by name, as op classes by name: accepted
+    assert b.op("x", "matmul", 1, 1, 1) == 0
+    return b
+
+
 CASES = [
     # --- hj.evaluate --------------------------------------------------------------------------
     ("evaluate-negative-link-bw", lambda: _evaluate(platform=_direct_platform(
@@ -175,6 +182,14 @@ CASES = [
      hj.GraphError, ("n_max", "0")),
     ("graph-no-ops", lambda: hj.graphs.GraphBuilder().build(), hj.GraphError,
      ("0 ops", "0 blocks")),
+    ("sample-int-key", lambda: hj.hardware.sample(0, 2), hj.PlatformError,
+     ("key = 0", "PRNG key")),
+    ("builder-op-class-name", lambda: _builder().op("a", "MATMULX", 1, 1, 1), hj.GraphError,
+     ("'a'", "cls = 'MATMULX'")),
+    ("builder-op-class-range", lambda: _builder().op("a", 6, 1, 1, 1), hj.GraphError,
+     ("'a'", "cls = 6")),
+    ("builder-block-kind", lambda: hj.graphs.GraphBuilder().begin_block("ffnx", "b"),
+     hj.GraphError, ("'b'", "kind = 'ffnx'")),
     ("graphs-unstack-one", lambda: hj.graphs.unstack(_graph()), hj.GraphError,
      ("unstack", "one graph")),
     ("hardware-unstack-one", lambda: hj.hardware.unstack(_platform()), hj.PlatformError,

@@ -227,6 +227,8 @@ def test_cli_calibrate_writes_a_loadable_platform(tiny, tmp_path, small_probe):
     assert meta["calibration"]["threads"] == 1
     assert meta["calibration"]["cost_model"].startswith("1.1")
     assert [r["model"] for r in meta["calibration"]["in_sample"]] == ["bt", cal.WEIGHT_PROBE]
+    assert meta["calibration"]["in_sample"][0]["source"] == str(tiny[0])
+    assert "hetjax-cal-" not in out.read_text()  # no temporary path in the saved platform
     assert float(plat.weight_bw[0]) == pytest.approx(meta["calibration"]["params"]["weight_bw"])
     assert os.listdir(tmp_path) == ["cpu.json"]  # written atomically, no temp files left
     # "this machine's CPU" is a device graphs can be placed on (predict runs hj.evaluate on it)
@@ -257,5 +259,19 @@ def test_cli_fidelity_on_held_out_files(tiny, tmp_path, small_probe):
     v1 = rep["v1"]["summary"]["held_out_max_abs_latency_error"]
     assert v1 == abs(rep["v1"]["test"][0]["latency_error"])
     assert rep["command"].startswith("hetjax fidelity --fit")
+    for opt in ("--batch 1", "--warmup 1", f"--steps {STEPS}", "--lr 0.05", "--e2e-weight 1"):
+        assert opt in rep["command"], opt  # every setting: the command reruns as it ran
+    # the probe is built in code: its rows name it, not the deleted temporary file
+    assert rep["fit"][1]["source"] == f"{cal.WEIGHT_PROBE} (hetjax.onnx.weight_probe())"
+    assert "hetjax-fid-" not in out.read_text()
     bad = CliRunner().invoke(_app(), ["fidelity", "--fit", "bert-tiny", "--test", "bert-tiny"])
     assert isinstance(bad.exception, HetjaxError)
+
+
+def test_a_dims_key_no_model_has_is_refused_before_profiling(tiny, monkeypatch):
+    def never(*a, **k):
+        raise AssertionError("profiled")
+
+    monkeypatch.setattr(cal, "profile_models", never)
+    with pytest.raises(OnnxImportError, match=r"dims\['sequnce'\] names no symbolic dimension"):
+        cal.calibrate([tiny[0]], [{**DIMS, "sequnce": 8}], weight_streaming=False)

@@ -175,6 +175,10 @@ CASES = [
     (["fidelity", "--repeats", "0"], ["--repeats", "0"]),
     (["fidelity", "--out", "adir"], ["--out", "adir"]),
     (["fidelity", "--platform-out", "afile/x.json"], ["--platform-out", "afile/x.json"]),
+    (["fidelity", "--dim", "sequnce=8"], ["--dim", "sequnce=8", "no model"]),
+    (["fidelity", "--fit", "relu.onnx", "--dim", "past=2"], ["--dim", "past=2", "rows"]),
+    (["calibrate", "relu.onnx", "--dim", "sequnce=8"], ["--dim", "sequnce=8", "rows"]),
+    (["evaluate", "--model", "relu.onnx", "--dim", "sequnce=8"], ["--model", "sequnce"]),
     # sensitivity
     (["sensitivity"], ["MODEL"]),
     (["sensitivity", "missing.onnx"], ["MODEL", "missing.onnx"]),
@@ -219,6 +223,12 @@ def scratch(tmp_path_factory):
     (d / "afile").write_text("not a folder\n")
     (d / "adir").mkdir()
     (d / "garbage.onnx").write_bytes(b"\x08\x07 certainly not protobuf")
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "rows", 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    relu = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="r")], "g", [x], [y])
+    (d / "relu.onnx").write_bytes(helper.make_model(relu).SerializeToString())
     hj.hardware.save(hj.hardware.preset("edge"), d / "edge.json")
     good = json.loads((d / "edge.json").read_text())
 

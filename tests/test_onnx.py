@@ -493,3 +493,86 @@ def test_dual_encoder_bad_towers_are_refused():
         hjo.build_dual_encoder("bert-tiny", "bert-tiny")
     with pytest.raises(HetjaxError, match="embed_dim"):
         hjo.build_dual_encoder("bert-tiny", "vit-b16", embed_dim=0)
+
+
+# --- importer gaps found by the fourth review (2026-11-28) --------------------------------------
+def _if_model(then_reads="a"):
+    then_g = helper.make_graph([helper.make_node("Relu", [then_reads], ["t"], name="r")], "then",
+                               [], [_f("t", ["batch", 64])])  # fmt: skip
+    else_g = helper.make_graph([helper.make_node("Neg", ["a"], ["e"], name="n")], "else", [],
+                               [_f("e", ["batch", 64])])  # fmt: skip
+    zero = numpy_helper.from_array(np.array(0, np.float32), "zero")
+    nodes = [
+        helper.make_node("If", ["c"], ["y"], name="if", then_branch=then_g, else_branch=else_g),
+        helper.make_node("Relu", ["x"], ["a"], name="pre"),  # after its reader: sorted first
+        helper.make_node("ReduceSum", ["x"], ["s"], name="sum", keepdims=0),
+        helper.make_node("Greater", ["s", "zero"], ["c"], name="gt"),
+    ]
+    return _model(nodes, [_f("x", ["batch", 64])], [_f("y", ["batch", 64])], [zero], opset=19)
+
+
+def test_subgraph_reads_of_outer_tensors_are_edges():
+    imp = hjo.import_model(_if_model(), granularity="op", warn=False)
+    assert imp.op_names == ("pre", "sum", "gt", "if")  # "pre" before the If that reads it
+    preds = np.asarray(imp.graph.preds)
+    assert sorted(preds[3][preds[3] >= 0]) == [0, 2]  # the branch's read of "a" and the cond
+    # the If reads "a" (64 floats) and the 1-byte cond, and writes 64 floats
+    assert float(imp.graph.act_bytes[3]) == 4 * 64 + 1 + 4 * 64
+    with pytest.raises(OnnxImportError, match=r"node 'if' \(If\) has a subgraph that reads 'q'"):
+        hjo.import_model(_if_model(then_reads="q"))
+
+
+def test_a_tensor_written_twice_is_refused():
+    nodes = [helper.make_node("Relu", ["x"], ["y"], name="r"),
+             helper.make_node("Neg", ["x"], ["y"], name="n")]  # fmt: skip
+    with pytest.raises(OnnxImportError, match=r"node 'n' \(Neg\) writes 'y', which node 'r'"):
+        hjo.load_graph(_model(nodes, [_f("x", [2, 4])], [_f("y", None)]))
+    overwrite = [helper.make_node("Relu", ["x"], ["x"], name="r")]
+    with pytest.raises(OnnxImportError, match="a graph input or initializer already provides"):
+        hjo.load_graph(_model(overwrite, [_f("x", [2, 4])], [_f("x", None)]))
+
+
+@pytest.mark.x64
+def test_quantized_weight_tables_are_parameters():
+    w8 = numpy_helper.from_array(np.ones((64, 256), np.int8), "w8")
+    scale = numpy_helper.from_array(np.array(0.1, np.float32), "scale")
+    zp = numpy_helper.from_array(np.array(0, np.int8), "zp")
+    qdq = [helper.make_node("DequantizeLinear", ["w8", "scale", "zp"], ["w"], name="dq"),
+           helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")]  # fmt: skip
+    m = _model(qdq, [_f("x", ["batch", 64])], [_f("y", None)], [w8, scale, zp], opset=19)
+    g = hjo.load_graph(m, granularity="op")
+    # the int8 table at 1 byte a weight, with its float scale; the int8 zero point is no weight
+    np.testing.assert_allclose(g.param_bytes, [64 * 256 + 4, 0])
+    x8 = helper.make_tensor_value_info("x", TensorProto.INT8, ["batch", 64])
+    y32 = helper.make_tensor_value_info("y", TensorProto.INT32, None)
+    mmi = [helper.make_node("MatMulInteger", ["x", "w8"], ["y"], name="mmi")]
+    g = hjo.load_graph(_model(mmi, [x8], [y32], [w8]), granularity="op")
+    np.testing.assert_allclose(g.param_bytes, [64 * 256])
+    np.testing.assert_array_equal(g.op_class, [MATMUL])
+    # integer shape constants stay what they were: no parameter
+    shape = numpy_helper.from_array(np.array([-1, 16], np.int64), "shape")
+    rs = [helper.make_node("Reshape", ["x", "shape"], ["y"], name="rs"),
+          helper.make_node("Relu", ["y"], ["z"], name="r")]  # fmt: skip
+    g = hjo.load_graph(_model(rs, [_f("x", [4, 64])], [_f("z", None)], [shape]), fuse=False)
+    np.testing.assert_allclose(g.param_bytes, [0, 0])
+
+
+def test_batch_axis_named_n_is_divided_out_and_stray_dims_are_refused():
+    nodes = [helper.make_node("Relu", ["x"], ["y"], name="r")]
+    m = _model(nodes, [_f("x", ["N", 64])], [_f("y", None)])
+    imp = hjo.import_model(m, {"N": 4})
+    assert imp.batch == 4
+    np.testing.assert_allclose(imp.graph.act_bytes, [2 * 4 * 64])  # per sample
+    assert hjo.import_model(m).batch == 1  # the default batch sets N too
+    assert hjo.symbolic_dims(m) == ("N", "batch")
+    with pytest.raises(OnnxImportError, match=r"dims\['sequnce'\] names no symbolic dimension .*"
+                                              r"\['N'\]"):  # fmt: skip
+        hjo.load_graph(m, {"batch": 2, "sequnce": 8})
+    # the defaults' names may go unused: a model without a sequence axis
+    assert hjo.load_graph(m, {"batch": 2, "sequence": 8}).n_max == 1
+
+
+def test_a_static_empty_input_dimension_is_refused():
+    nodes = [helper.make_node("Relu", ["x"], ["y"], name="r")]
+    with pytest.raises(OnnxImportError, match=r"input 'x' has a dimension of size 0 \(axis 1\)"):
+        hjo.load_graph(_model(nodes, [_f("x", [2, 0])], [_f("y", None)]))

@@ -33,20 +33,32 @@ def _fit_options(repeats, warmup, threads, steps, lr, e2e_weight) -> None:
         raise checks.OptionError(f"--lr {lr}: must be a finite number > 0")
 
 
-def _model_files(option: str, models: list[str]) -> None:
-    """Each is a built-in name or an existing ONNX file (read and checked, not profiled)."""
+def _model_files(option: str, models: list[str]) -> set[str]:
+    """Each is a built-in name or an existing ONNX file (read and checked, not profiled).
+    Returns the `--dim` names their inputs take (built-in models: batch and sequence)."""
     import hetjax as hj
-    from hetjax.onnx.importer import read_model
 
     if not models:
         raise checks.OptionError(f"{option}: give at least one model")
+    names = set(hj.onnx.DEFAULT_DIMS)
     for m in models:
         if m in hj.graphs.MODELS:
             continue
         with checks.naming(option, m):
             if Path(m).is_dir():
                 raise checks.OptionError("is a directory, not an ONNX file")
-            read_model(m)
+            names.update(hj.onnx.symbolic_dims(m))
+    return names
+
+
+def _used_dims(dims: dict[str, int], names: set[str]) -> None:
+    """Every `--dim` must name a symbolic dimension of some model (else: a misspelling)."""
+    for k, v in dims.items():
+        if k not in names:
+            raise checks.OptionError(
+                f"--dim {k}={v}: no model has an input dimension {k!r} (they have: "
+                f"{', '.join(sorted(names))})"
+            )
 
 
 def _rows_table(title: str, rows: list[dict]):
@@ -130,7 +142,7 @@ def calibrate_cmd(
     checks.at_least("--p-idle", p_idle, 0.0)
     if p_idle > p_busy:
         raise checks.OptionError(f"--p-idle {p_idle}: must be <= --p-busy {p_busy}")
-    _model_files("MODELS", models)
+    _used_dims(checks.parse_dims("--dim", dim or []), _model_files("MODELS", models))
     checks.writable_file("--out", out)
     console = Console()
     result, rows = calibrate(
@@ -159,6 +171,7 @@ def fidelity_cmd(
         typer.Option("--fit-seq", help="sequence lengths to fit at [16 32 64 128 256]"),
     ] = None,
     batch: Batch = 1,
+    dim: DimOpt = None,
     repeats: Repeats = 10,
     warmup: Warmup = 2,
     threads: Threads = 1,
@@ -183,22 +196,24 @@ def fidelity_cmd(
         raise HetjaxError(f"--fit and --test share {sorted(overlap)}: held-out means unseen")
     seqs = seq or [64, 128]
     fit_seqs = fit_seq or list(FIT_SEQS)
+    more = checks.parse_dims("--dim", dim or [])
     _dims(seqs, batch, [])
     _dims(fit_seqs, batch, [], "--fit-seq")
     _fit_options(repeats, warmup, threads, steps, lr, e2e_weight)
-    _model_files("--fit", fit)
-    _model_files("--test", test)
+    _used_dims(more, _model_files("--fit", fit) | _model_files("--test", test))
     checks.writable_file("--out", out)
     checks.writable_file("--platform-out", platform_out)
     result, report = run_fidelity(
         fit, test, seqs, fit_seqs=fit_seqs, batch=batch, repeats=repeats, warmup=warmup,
         threads=threads, steps=steps, lr=lr, e2e_weight=e2e_weight,
-        weight_streaming=weight_streaming, log=console.print,
+        weight_streaming=weight_streaming, dims=more, log=console.print,
     )  # fmt: skip
-    report["command"] = "hetjax fidelity " + " ".join(
+    report["command"] = "hetjax fidelity " + " ".join(  # every setting, so that it reruns as is
         [f"--fit {m}" for m in fit] + [f"--test {m}" for m in test]
         + [f"--seq {s}" for s in seqs] + [f"--fit-seq {s}" for s in fit_seqs]
-        + [f"--repeats {repeats}", f"--threads {threads}"]
+        + [f"--batch {batch}"] + [f"--dim {k}={v}" for k, v in more.items()]
+        + [f"--repeats {repeats}", f"--warmup {warmup}", f"--threads {threads}",
+           f"--steps {steps}", f"--lr {lr:g}", f"--e2e-weight {e2e_weight:g}"]
         + ([] if weight_streaming else ["--v1"])
     )  # fmt: skip
     console.print(_params_table(result.params()))

@@ -18,6 +18,7 @@ from hetjax.errors import GraphError, UnknownNameError
 from hetjax.graphs.core import (
     ATTENTION,
     ATTN,
+    BLOCK_KINDS,
     CONTROL,
     ELEMWISE,
     EMBED,
@@ -25,6 +26,7 @@ from hetjax.graphs.core import (
     FFN,
     MATMUL,
     NORM,
+    OP_CLASSES,
     OTHER,
     LayerGraph,
 )
@@ -173,12 +175,29 @@ class GraphBuilder:
         self.block_names: list[str] = []
 
     def begin_block(self, kind: int, name: str = "") -> None:
+        """Open a block of SPEC kind `kind` (0..3 or a name in `BLOCK_KINDS`) named `name`."""
+        if isinstance(kind, str) and kind.upper() in BLOCK_KINDS:
+            kind = BLOCK_KINDS.index(kind.upper())
+        if isinstance(kind, bool) or not isinstance(kind, numbers.Integral) or not 0 <= kind <= 3:
+            raise GraphError(
+                f"GraphBuilder.begin_block {name!r}: kind = {kind!r}: use 0..3 or one of "
+                f"{', '.join(BLOCK_KINDS)}"
+            )
         self.block_kinds.append(kind)
         self.block_names.append(name)
 
     def op(self, name, cls, flops, act_bytes, out_bytes, param_bytes=0.0, preds=()) -> int:
+        """Append op `name` of SPEC class `cls` (0..5 or a name in `OP_CLASSES`) to the current
+        block: FLOP, activation / output / parameter bytes per sample, predecessor op indices."""
         if not self.block_kinds:
             raise GraphError("GraphBuilder.op: call begin_block first")
+        if isinstance(cls, str) and cls.upper() in OP_CLASSES:
+            cls = OP_CLASSES.index(cls.upper())
+        if isinstance(cls, bool) or not isinstance(cls, numbers.Integral) or not 0 <= cls <= 5:
+            raise GraphError(
+                f"GraphBuilder.op {name!r}: cls = {cls!r}: use 0..5 or one of "
+                f"{', '.join(OP_CLASSES)}"
+            )
         self.ops.append(
             dict(
                 name=name, cls=cls, flops=float(flops), act=float(act_bytes),

@@ -64,6 +64,8 @@ def sample(
     Pure: jittable with `n`, `spread` and `links` static (and `base` when it is a name).
     """
     n = _check_n(n)
+    if not hasattr(key, "dtype") or not hasattr(key, "shape"):  # e.g. a Python int seed
+        raise PlatformError(f"sample: key = {key!r}: must be a JAX PRNG key (jax.random.key(0))")
     if not 1.0 <= spread <= MAX_SPREAD:  # NaN fails too
         raise PlatformError(f"sample: spread = {spread}: must be a factor in [1, {MAX_SPREAD:g}]")
     if links is not None:

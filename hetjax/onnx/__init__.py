@@ -17,6 +17,7 @@ from hetjax.onnx.importer import (
     OnnxImportWarning,
     import_model,
     load_graph,
+    symbolic_dims,
 )
 
 __all__ = [
@@ -33,4 +34,5 @@ __all__ = [
     "DEFAULT_DIMS",
     "DEFAULT_P",
     "OP_TABLE",
+    "symbolic_dims",
 ]

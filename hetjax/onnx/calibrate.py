@@ -22,6 +22,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
@@ -49,6 +50,7 @@ from hetjax.hardware.core import NUM_CLASSES, Platform
 from hetjax.onnx.importer import (
     DEFAULT_DIMS,
     Imported,
+    _input_symbols,
     _resolve_inputs,
     import_model,
     node_names,
@@ -668,24 +670,26 @@ def cpu_name() -> str:
     return _platform.processor() or _platform.machine() or "CPU"
 
 
-def _resolve_models(models: Sequence, workdir: str) -> list[tuple[str, object]]:
-    """(display name, path or ModelProto) per model: files as given, built-in names exported
-    (float32, symbolic batch/sequence) into `workdir`, `WEIGHT_PROBE` built by `weight_probe`."""
+def _resolve_models(models: Sequence, workdir: str) -> list[tuple[str, object, str | None]]:
+    """(display name, path or ModelProto, source label) per model: files as given, built-in
+    names exported (float32, symbolic batch/sequence) into `workdir`, `WEIGHT_PROBE` built by
+    `weight_probe`. The source label replaces a temporary path in the results (None: keep)."""
     from hetjax.graphs.transformers import MODELS
     from hetjax.onnx.exporter import export_transformer
 
     out = []
     for m in models:
         if isinstance(m, onnx.ModelProto):
-            out.append((m.graph.name or "model", m))
+            out.append((m.graph.name or "model", m, None))
         elif m == WEIGHT_PROBE and not os.path.exists(m):
             path = Path(workdir) / f"{WEIGHT_PROBE}.onnx"
             onnx.save(weight_probe(), path)
-            out.append((WEIGHT_PROBE, str(path)))
+            out.append((WEIGHT_PROBE, str(path), f"{WEIGHT_PROBE} (hetjax.onnx.weight_probe())"))
         elif os.path.exists(str(m)):
-            out.append((Path(m).stem, str(m)))
+            out.append((Path(m).stem, str(m), None))
         elif isinstance(m, str) and m in MODELS:
-            out.append((m, str(export_transformer(m, Path(workdir) / f"{m}.onnx"))))
+            path = str(export_transformer(m, Path(workdir) / f"{m}.onnx"))
+            out.append((m, path, f"{m} (built in; hj.onnx.export_transformer({m!r}, path))"))
         else:
             raise OnnxImportError(
                 f"{m!r}: no such ONNX file and not a built-in model ({', '.join(MODELS)}) "
@@ -699,11 +703,17 @@ def _profile_all(models, dims_lists, *, repeats, warmup, threads, stat, log):
 
     Returns [(Imported, Profile)], the display name and the index into `models` of each.
     """
-    items, names, origin = [], [], []
-    for m, ((name, src), dims_list) in enumerate(zip(models, dims_lists, strict=True)):
+    items, names, origin, unused = [], [], [], None
+    for m, ((name, src, _), dims_list) in enumerate(zip(models, dims_lists, strict=True)):
         seen = set()
         model, label = read_model(src)
+        symbols = _input_symbols(model) | set(DEFAULT_DIMS)
         for dims in dims_list:
+            # one dims list serves several models: each gets the keys it has, and a key that
+            # no model has is refused below (a misspelling)
+            keys = set(dims)
+            unused = keys - symbols if unused is None else unused & (keys - symbols)
+            dims = {k: v for k, v in dims.items() if k in symbols}
             shapes = tuple(sorted(_resolve_inputs(model, label, dims)[0].items()))
             if shapes not in seen:  # e.g. a ViT ignores "sequence"
                 seen.add(shapes)
@@ -711,11 +721,18 @@ def _profile_all(models, dims_lists, *, repeats, warmup, threads, stat, log):
                 names.append(name)
                 origin.append(m)
         del model
+    if unused:
+        raise OnnxImportError(
+            f"dims[{sorted(unused)[0]!r}] names no symbolic dimension of any model's inputs"
+        )
     if log:
         log(f"profiling {len(items)} model/dims pairs round-robin: {warmup} warm-up + "
             f"{repeats} measured rounds, {threads} thread(s)")  # fmt: skip
     t0 = time.perf_counter()
     profs = profile_models(items, repeats=repeats, warmup=warmup, threads=threads, stat=stat)
+    # a built-in model's file is temporary: its profile names the model, not the deleted file
+    profs = [prof if models[m][2] is None else dataclasses.replace(prof, source=models[m][2])
+             for prof, m in zip(profs, origin, strict=True)]  # fmt: skip
     pairs = [(import_model(src, dims, granularity="op", warn=False), prof)
              for (src, dims), prof in zip(items, profs, strict=True)]  # fmt: skip
     if log:
@@ -815,10 +832,12 @@ def run_fidelity(
     lr: float = 0.05,
     e2e_weight: float = 1.0,
     weight_streaming: bool = True,
+    dims: Mapping[str, int] | None = None,
     log=None,
 ) -> tuple[FitResult, dict]:
     """Fit on `fit_models` (at `fit_seqs`, None: `seqs`), score on `test_models` it never saw
-    (at every length in `seqs`).
+    (at every length in `seqs`). `dims` sets further symbolic input dimensions (each model gets
+    those it has; a key no model has is refused).
 
     With `weight_streaming` (default) the fit is cost model 1.1's (the `weight_probe` joins the
     fit set) and the report also scores, on the same profiles, the version-1 device fitted on
@@ -834,8 +853,9 @@ def run_fidelity(
         )
     fit_models = _with_probe(fit_models, weight_streaming)
     fit_seqs = seqs if fit_seqs is None else fit_seqs
-    dims_list = [{"batch": batch, "sequence": int(s)} for s in seqs]
-    fit_dims = [{"batch": batch, "sequence": int(s)} for s in fit_seqs]
+    more = dict(dims or {})  # further symbolic dimensions, given to every model that has them
+    dims_list = [{"batch": batch, "sequence": int(s), **more} for s in seqs]
+    fit_dims = [{"batch": batch, "sequence": int(s), **more} for s in fit_seqs]
     t_start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="hetjax-fid-") as tmp:
         fit_res = _resolve_models(fit_models, tmp)

@@ -5,20 +5,24 @@ Conventions (per node, at the shapes resolved from `dims`; docs/calibration.md h
 - FLOP: MatMul 2*prod(out)*k; Gemm 2*M*N*K (+M*N with a bias); Conv 2*prod(out)*Cin/g*prod(kernel)
   (+prod(out) with a bias); Einsum 2*prod(all index sizes); Softmax 5, LayerNormalization 8,
   RMS norms 6, BatchNormalization 2 per element; reductions 1 per input element; transcendental
-  functions (Pow, Erf, Tanh, Exp, Sigmoid, ...) 4 and Gelu 8 per output element; other arithmetic,
+  functions (Pow, Erf, Tanh, Exp, Sigmoid, ...) 4, Gelu 8 and (De)QuantizeLinear 2 per output
+  element; other arithmetic,
   comparisons, selects and data movement (Transpose, Concat, Slice, Gather, Cast, Expand, ...) 1
   per output element (an element written); views (Reshape, Squeeze, Unsqueeze, Flatten,
   Identity) and Shape/Size 0.
 - Bytes: `param_bytes` = float initializers (and float Constant nodes), each charged once, to its
   first consumer that is not a Gather (a tied embedding table is charged to the LM head that
   streams it), else to its first consumer; integer constants (shapes, axes, indices) are not
-  parameters. `act_bytes` = bytes of the non-constant inputs read + outputs written (Shape/Size
-  read no data: outputs only; views move no data: 0, unless the view is a graph output, which
-  gets its own buffer: a copy); `out_bytes` = bytes of the outputs.
+  parameters, except the weight tables of quantized models (`QUANTIZED_WEIGHT_INPUTS`: read
+  by DequantizeLinear, MatMulInteger, ConvInteger, QLinearMatMul, ...), at their own size.
+  An If / Loop / Scan node also reads the outer tensors its subgraphs use (edges from their
+  producers, bytes read). `act_bytes` = bytes of the non-constant inputs read + outputs
+  written (Shape/Size read no data: outputs only; views move no data: 0, unless the view is a
+  graph output, which gets its own buffer: a copy); `out_bytes` = bytes of the outputs.
   Sizes use each tensor's real dtype; `dtype_bytes` overrides the size of floating-point
   elements (e.g. 2 to compare an fp32 export with the fp16 built-in graphs).
 - Per sample: FLOP and activation/output bytes are divided by the batch dimension's value when
-  the model has a symbolic batch dimension.
+  the model has a symbolic batch dimension (named "batch" or an alias: "batch_size", "N", ...).
 - Classes: Gather from a float table EMBED; MatMul/Gemm/Einsum with a constant operand and every
   Conv MATMUL, with only activation operands ATTN; softmax, norms, reductions NORM; arithmetic,
   activations, Transpose and Cast ELEMWISE; shape ops, slicing, masks (Where, comparisons, Trilu)
@@ -74,13 +78,15 @@ __all__ = [
     "OP_TABLE",
     "node_names",
     "read_model",
+    "symbolic_dims",
+    "QUANTIZED_WEIGHT_INPUTS",
 ]
 
 DEFAULT_DIMS = {"batch": 1, "sequence": 128}
 DEFAULT_P = 4
 # Symbolic dimension names the usual exporters use, mapped to the `dims` key that sets them.
 DIM_ALIASES = {
-    "batch_size": "batch", "batch": "batch",
+    "batch_size": "batch", "batch": "batch", "N": "batch", "bs": "batch", "batchsize": "batch",
     "sequence_length": "sequence", "seq_len": "sequence", "seq_length": "sequence",
     "sequence": "sequence", "seq": "sequence",
 }  # fmt: skip
@@ -125,6 +131,8 @@ OP_TABLE: dict[str, tuple[int, float | str]] = {
     "Gelu": (ELEMWISE, 8.0),
     "Transpose": (ELEMWISE, 1.0),
     "Cast": (ELEMWISE, 1.0),
+    "QuantizeLinear": (ELEMWISE, 2.0),  # scale and shift per element
+    "DequantizeLinear": (ELEMWISE, 2.0),
     "CastLike": (ELEMWISE, 1.0),
     "Shape": (CONTROL, 0.0),
     "Size": (CONTROL, 0.0),
@@ -211,23 +219,64 @@ def read_model(path_or_model) -> tuple[onnx.ModelProto, str]:
     return model, label
 
 
+def _outer_reads(node: onnx.NodeProto) -> list[str]:
+    """Tensors of the enclosing graph that a node's subgraphs (If branches, Loop / Scan bodies)
+    read by name without receiving them as inputs, in first-read order (recursively)."""
+    out: dict[str, None] = {}
+    for at in node.attribute:
+        subs = [at.g] if at.type == onnx.AttributeProto.GRAPH else list(at.graphs)
+        for sub in subs:
+            local = {t.name for t in sub.initializer} | {v.name for v in sub.input} | {""}
+            local |= {t.values.name for t in sub.sparse_initializer}
+            for n in sub.node:
+                for x in (*n.input, *_outer_reads(n)):
+                    if x not in local:
+                        out.setdefault(x)
+                local.update(n.output)
+    return list(out)
+
+
+def _node_inputs(node: onnx.NodeProto) -> list[str]:
+    """A node's inputs, then the outer tensors its subgraphs read (ONNX's implicit inputs)."""
+    ins = list(node.input)
+    if any(at.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+           for at in node.attribute):  # fmt: skip
+        ins += [x for x in _outer_reads(node) if x not in ins]
+    return ins
+
+
 def _check_structure(model: onnx.ModelProto, label: str) -> None:
-    """Every node input and graph output must be produced by something (else: truncated)."""
+    """Every node input (a subgraph's reads of outer tensors too) and graph output must be
+    produced by something (else: truncated), and no tensor may be written twice."""
     g = model.graph
     if not g.node:
         raise OnnxImportError(f"{label}: the graph has no nodes")
     known = {t.name for t in g.initializer} | {v.name for v in g.input} | {""}
     known |= {t.values.name for t in g.sparse_initializer}
-    produced = {o for n in g.node for o in n.output}
+    writer: dict[str, int] = {}
     for i, n in enumerate(g.node):
-        for x in n.input:
-            if x not in known and x not in produced:
+        for o in n.output:
+            if not o:
+                continue
+            if o in writer or o in known:
+                first = (f"node {node_label(g.node[writer[o]], writer[o])}" if o in writer
+                         else "a graph input or initializer")  # fmt: skip
                 raise OnnxImportError(
-                    f"{label}: node {node_label(n, i)} reads {x!r}, which no node, input or "
+                    f"{label}: node {node_label(n, i)} writes {o!r}, which {first} already "
+                    "provides (an ONNX tensor has one producer)"
+                )
+            writer[o] = i
+    for i, n in enumerate(g.node):
+        direct = set(n.input)
+        for x in _node_inputs(n):
+            if x not in known and x not in writer:
+                how = "reads" if x in direct else "has a subgraph that reads"
+                raise OnnxImportError(
+                    f"{label}: node {node_label(n, i)} {how} {x!r}, which no node, input or "
                     "initializer provides (truncated or corrupt file?)"
                 )
     for o in g.output:
-        if o.name not in known and o.name not in produced:
+        if o.name not in known and o.name not in writer:
             raise OnnxImportError(
                 f"{label}: graph output {o.name!r} is produced by no node (truncated or corrupt?)"
             )
@@ -249,10 +298,11 @@ def _toposort(model: onnx.ModelProto, label: str) -> list[int]:
     avail = {t.name for t in g.initializer} | {v.name for v in g.input} | {""}
     avail |= {t.values.name for t in g.sparse_initializer}
     producer = {o: i for i, n in enumerate(g.node) for o in n.output}
+    inputs = [_node_inputs(n) for n in g.node]
     ok = True
     seen = set(avail)
-    for n in g.node:
-        if any(x not in seen for x in n.input):
+    for n, ins in zip(g.node, inputs, strict=True):
+        if any(x not in seen for x in ins):
             ok = False
             break
         seen.update(n.output)
@@ -260,8 +310,8 @@ def _toposort(model: onnx.ModelProto, label: str) -> list[int]:
         return list(range(len(g.node)))
     indeg = []
     users: dict[int, list[int]] = {}
-    for i, n in enumerate(g.node):
-        deps = {producer[x] for x in n.input if x not in avail and x in producer}
+    for i, ins in enumerate(inputs):
+        deps = {producer[x] for x in ins if x not in avail and x in producer}
         indeg.append(len(deps))
         for j in deps:
             users.setdefault(j, []).append(i)
@@ -285,11 +335,35 @@ def _toposort(model: onnx.ModelProto, label: str) -> list[int]:
 
 
 # --- shapes ---------------------------------------------------------------------------------
+def _input_symbols(model: onnx.ModelProto) -> set[str]:
+    """The `dims` keys that set a symbolic dimension of the graph inputs (with the aliases'
+    canonical names, e.g. "batch" for "batch_size")."""
+    init_names = {t.name for t in model.graph.initializer}
+    out = set()
+    for vi in model.graph.input:
+        if vi.name in init_names or not vi.type.tensor_type.HasField("shape"):
+            continue
+        for axis, d in enumerate(vi.type.tensor_type.shape.dim):
+            if not (d.HasField("dim_value") and d.dim_value >= 0):
+                key = d.dim_param if d.HasField("dim_param") and d.dim_param else (
+                    f"{vi.name}[{axis}]")  # fmt: skip
+                out.update((key, DIM_ALIASES[key]) if key in DIM_ALIASES else (key,))
+    return out
+
+
+def symbolic_dims(path_or_model) -> tuple[str, ...]:
+    """The `dims` keys that set a symbolic dimension of an ONNX model's inputs, sorted: each
+    dimension's name (or "input_name[axis]" when it has none) and, for an exporter name such as
+    "batch_size", the canonical key it is an alias of ("batch"). Reads the file only."""
+    model, _ = read_model(path_or_model)
+    return tuple(sorted(_input_symbols(model)))
+
+
 def _resolve_inputs(model, label, dims) -> tuple[dict[str, tuple[int, ...]], dict[str, int], int]:
     """Concrete shapes of the graph inputs from `dims`; also the dtypes and the batch value."""
     init_names = {t.name for t in model.graph.initializer}
     dims = dict(dims or {})
-    shapes, dtypes, missing, batch = {}, {}, [], None
+    shapes, dtypes, missing, batch, used, symbols = {}, {}, [], None, set(), set()
     for vi in model.graph.input:
         if vi.name in init_names:
             continue
@@ -302,11 +376,18 @@ def _resolve_inputs(model, label, dims) -> tuple[dict[str, tuple[int, ...]], dic
             )
         shape = []
         for axis, d in enumerate(tt.shape.dim):
+            if d.HasField("dim_value") and d.dim_value == 0:  # empty: no symbol to set
+                raise OnnxImportError(
+                    f"{label}: graph input {vi.name!r} has a dimension of size 0 (axis {axis}): "
+                    "an empty input leaves nothing to cost"
+                )
             if d.HasField("dim_value") and d.dim_value > 0:
                 shape.append(d.dim_value)
-                continue
+                continue  # (a negative size, invalid ONNX, is taken as an unnamed symbol)
             key = d.dim_param if d.HasField("dim_param") and d.dim_param else f"{vi.name}[{axis}]"
             alias = DIM_ALIASES.get(key)
+            used.update((key, alias) if alias else (key,))
+            symbols.add(key)
             val = dims.get(key, dims.get(alias) if alias else None)
             if val is None:
                 missing.append(key)
@@ -321,6 +402,15 @@ def _resolve_inputs(model, label, dims) -> tuple[dict[str, tuple[int, ...]], dic
             if (alias or key) == "batch":
                 batch = int(val)
         shapes[vi.name] = tuple(shape)
+    # a key that names no symbolic dimension (a misspelling) would silently change nothing;
+    # the defaults' names and their aliases may go unused (a model with no sequence axis)
+    lenient = set(DEFAULT_DIMS) | {k for k, v in DIM_ALIASES.items() if v in DEFAULT_DIMS}
+    stray = sorted(str(k) for k in dims if k not in used and k not in lenient)
+    if stray:
+        raise OnnxImportError(
+            f"{label}: dims[{stray[0]!r}] names no symbolic dimension of the graph inputs "
+            f"(they are: {sorted(symbols) or 'none'})"
+        )
     if missing:
         names = sorted(set(missing))
         example = ", ".join(f"{n!r}: ..." for n in names)
@@ -715,6 +805,36 @@ def _side_first(block: list[int], producers: list[list[int]], side: set[int]) ->
     return order
 
 
+# Integer weight tables of quantized models: (op type, domain) -> the input positions that hold
+# a weight (QDQ's DequantizeLinear input, the integer MatMul / Conv operands, ONNX Runtime's
+# contrib quantized ops). An integer constant read there is a parameter, charged at its size.
+QUANTIZED_WEIGHT_INPUTS: dict[tuple[str, str], tuple[int, ...]] = {
+    ("DequantizeLinear", ""): (0,),
+    ("MatMulInteger", ""): (0, 1),
+    ("ConvInteger", ""): (0, 1),
+    ("QLinearMatMul", ""): (0, 3),
+    ("QLinearConv", ""): (0, 3),
+    ("DequantizeLinear", "com.microsoft"): (0,),
+    ("MatMulNBits", "com.microsoft"): (1,),
+    ("MatMulIntegerToFloat", "com.microsoft"): (0, 1),
+    ("DynamicQuantizeMatMul", "com.microsoft"): (1,),
+    ("QGemm", "com.microsoft"): (0, 3),
+    ("GatherBlockQuantized", "com.microsoft"): (0,),
+    ("QAttention", "com.microsoft"): (1,),
+}
+
+
+def _quantized_weights(g: onnx.GraphProto) -> set[str]:
+    """Names read at a weight position of a quantized op (`QUANTIZED_WEIGHT_INPUTS`)."""
+    out = set()
+    for n in g.node:
+        domain = "" if n.domain == "ai.onnx" else n.domain
+        for k in QUANTIZED_WEIGHT_INPUTS.get((n.op_type, domain), ()):
+            if k < len(n.input) and n.input[k]:
+                out.add(n.input[k])
+    return out
+
+
 # --- the import --------------------------------------------------------------------------------
 def import_model(
     path_or_model,
@@ -757,10 +877,11 @@ def import_model(
     values: dict[str, np.ndarray] = {}
     const: set[str] = set()  # constant-derived tensors (weights, shapes, and what they make)
     init_float: dict[str, float] = {}  # float constant -> bytes (parameters)
+    qweights = _quantized_weights(g)
     for t in g.initializer:
         shapes[t.name], types[t.name] = tuple(t.dims), t.data_type
         const.add(t.name)
-        if t.data_type in _FLOAT_TYPES:
+        if t.data_type in _FLOAT_TYPES or t.name in qweights:
             init_float[t.name] = 0.0
         elif math.prod(t.dims) <= _SMALL and t.data_location != TensorProto.EXTERNAL:
             values[t.name] = numpy_helper.to_array(t)
@@ -803,12 +924,13 @@ def import_model(
             shapes[out], types[out] = arr.shape, dt
             const.add(out)
             static.add(out)
-            if types[out] in _FLOAT_TYPES:
+            if types[out] in _FLOAT_TYPES or out in qweights:
                 init_float[out] = 0.0
             elif arr.size <= _SMALL:
                 values[out] = arr
             continue
         # output shapes: global inference, else per-node inference with known values
+        node_ins = [x for x in _node_inputs(node) if x]
         outs = [o for o in node.output if o]
         res = {o: _static(vis.get(o)) for o in outs}
         if any(r is None for r in res.values()):
@@ -816,13 +938,13 @@ def import_model(
         for o in outs:
             r = res.get(o)
             if r is None:
-                big = max((x for x in node.input if x in shapes),
+                big = max((x for x in node_ins if x in shapes),
                           key=lambda x: math.prod(shapes[x]), default=None)  # fmt: skip
                 r = (shapes[big], types[big]) if big else ((1,), TensorProto.FLOAT)
                 if name not in estimated:
                     estimated.append(name)
             shapes[o], types[o] = r
-        if all(x in const for x in node.input if x) and node.input:
+        if node_ins and all(x in const for x in node_ins):
             const.update(outs)
         v = _eval_small(op, node, values, shapes)
         if v is not None and len(outs) == 1 and np.size(v) <= _SMALL:
@@ -831,7 +953,7 @@ def import_model(
         # class and FLOP
         domain_ok = node.domain in ("", "ai.onnx")
         entry = OP_TABLE.get(op) if domain_ok else None
-        ins = [x for x in node.input if x]
+        ins = node_ins  # with the outer tensors an If / Loop / Scan body reads
         in_shapes = [shapes.get(x, ()) for x in node.input if x]
         out_shapes = [shapes[o] for o in outs]
         if entry is None:
