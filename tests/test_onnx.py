@@ -576,3 +576,37 @@ def test_a_static_empty_input_dimension_is_refused():
     nodes = [helper.make_node("Relu", ["x"], ["y"], name="r")]
     with pytest.raises(OnnxImportError, match=r"input 'x' has a dimension of size 0 \(axis 1\)"):
         hjo.load_graph(_model(nodes, [_f("x", [2, 0])], [_f("y", None)]))
+
+
+@pytest.mark.x64
+def test_gemm_class_follows_its_operands_not_scales_or_biases():
+    u8 = lambda name, shape: helper.make_tensor_value_info(name, TensorProto.UINT8, shape)  # noqa: E731
+    c = lambda name, v, dt: numpy_helper.from_array(np.asarray(v, dt), name)  # noqa: E731
+    consts = [c("s", 0.1, np.float32), c("z", 0, np.uint8), c("b", np.zeros(8), np.float32),
+              c("w", np.ones((16, 8), np.uint8), np.uint8)]  # fmt: skip
+    q = ["s", "z"]
+    nodes = [
+        # two activations with constant scales and zero points: attention-like (ATTN)
+        helper.make_node("QLinearMatMul", ["a", *q, "bt", *q, *q], ["qk"], name="qk"),
+        # a constant weight: MATMUL, 2 * 4 * 8 * 16 FLOP, the weight a parameter
+        helper.make_node("QLinearMatMul", ["a", *q, "w", *q, *q], ["y"], name="mm"),
+        # two activations and a constant bias: still ATTN
+        helper.make_node("Gemm", ["f", "f"], ["g"], name="gemm", transB=1),
+        helper.make_node("Gemm", ["f", "f", "b4"], ["g2"], name="gemmb", transB=1),
+    ]
+    consts.append(c("b4", np.zeros(4), np.float32))
+    m = _model(nodes, [u8("a", [4, 16]), u8("bt", [16, 8]), _f("f", [4, 6])],
+               [u8("qk", None), u8("y", None), _f("g", None), _f("g2", None)], consts,
+               opset=19)  # fmt: skip
+    g = hjo.load_graph(m, granularity="op")
+    np.testing.assert_array_equal(g.op_class, [ATTN, MATMUL, ATTN, ATTN])
+    np.testing.assert_allclose(g.flops[:2], [2 * 4 * 8 * 16] * 2)
+    assert float(g.param_bytes[1]) == 16 * 8  # the uint8 weight, 1 byte each
+    k = c("k", np.ones((4, 3, 3, 3), np.uint8), np.uint8)
+    conv = [helper.make_node("QLinearConv", ["x", *q, "k", *q, *q], ["o"], name="qconv",
+                             pads=[1, 1, 1, 1])]  # fmt: skip
+    g = hjo.load_graph(_model(conv, [u8("x", [1, 3, 5, 5])], [u8("o", None)], consts[:2] + [k],
+                              opset=19), granularity="op")  # fmt: skip
+    np.testing.assert_array_equal(g.op_class, [MATMUL])
+    np.testing.assert_allclose(g.flops, [2 * (4 * 25) * 27])  # 2 * prod(out) * C_in * 3 * 3
+    np.testing.assert_allclose(g.param_bytes, [4 + 4 * 27])  # the float scale, the uint8 kernel

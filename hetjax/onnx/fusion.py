@@ -51,7 +51,17 @@ _VIEWS = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"}
 _BROADCASTS = {"Expand", "Tile"}
 FREE_OPS = frozenset(_VIEWS | _BROADCASTS | {"Transpose", "Split"})
 CONTRACTIONS = frozenset(
-    {"MatMul", "MatMulInteger", "Gemm", "Einsum", "Conv", "ConvInteger", "ConvTranspose"}
+    {
+        "MatMul",
+        "MatMulInteger",
+        "Gemm",
+        "Einsum",
+        "Conv",
+        "ConvInteger",
+        "ConvTranspose",
+        "QLinearMatMul",
+        "QLinearConv",
+    }
 )
 _REDUCTIONS = {
     "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",

@@ -154,8 +154,14 @@ OP_TABLE: dict[str, tuple[int, float | str]] = {
     "Einsum": (ATTN, "einsum"),
     "Conv": (MATMUL, "conv"),
     "ConvInteger": (MATMUL, "conv"),
+    "QLinearMatMul": (ATTN, "matmul"),
+    "QLinearConv": (MATMUL, "qconv"),
     "ConvTranspose": (MATMUL, "convT"),
 }
+# The operand positions of the GEMM-like ops: MATMUL when one of them is a constant weight, ATTN
+# when both are activations (() = every input, as Einsum's)
+_GEMM_OPERANDS = {"MatMul": (0, 1), "MatMulInteger": (0, 1), "Gemm": (0, 1), "Einsum": (),
+                  "QLinearMatMul": (0, 3)}  # fmt: skip
 _NO_READ = {"Shape", "Size"}  # read only their input's metadata
 _NO_DATA = set(_VIEW)  # views: the output aliases the input (ONNX Runtime CPU), no data moves
 _FLOAT_TYPES = {
@@ -553,6 +559,11 @@ def _flops(node, rule, in_shapes, out_shapes) -> float:
     if rule == "conv":
         w = in_shapes[1]
         has_b = len(node.input) > 2 and node.input[2] != ""
+        o = math.prod(out_shapes[0])
+        return 2.0 * o * math.prod(w[1:]) + (o if has_b else 0.0)
+    if rule == "qconv":  # x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, ..., B
+        w = in_shapes[3]
+        has_b = len(node.input) > 8 and node.input[8] != ""
         o = math.prod(out_shapes[0])
         return 2.0 * o * math.prod(w[1:]) + (o if has_b else 0.0)
     if rule == "convT":
@@ -962,7 +973,10 @@ def import_model(
             unknown[key] = unknown.get(key, 0) + 1
         else:
             cls, rule = entry
-        if op in ("MatMul", "MatMulInteger", "Gemm", "Einsum") and any(x in const for x in ins):
+        operands = _GEMM_OPERANDS.get(op) if domain_ok else None
+        if operands is not None and any(
+            x in const for k, x in enumerate(node.input) if x and (not operands or k in operands)
+        ):  # a constant weight operand (a constant scale, zero point or bias does not count)
             cls = MATMUL
         table_gather = op == "Gather" and bool(ins) and ins[0] in init_float
         if table_gather:
