@@ -179,6 +179,8 @@ CASES = [
     (["fidelity", "--fit", "relu.onnx", "--dim", "past=2"], ["--dim", "past=2", "rows"]),
     (["calibrate", "relu.onnx", "--dim", "sequnce=8"], ["--dim", "sequnce=8", "rows"]),
     (["evaluate", "--model", "relu.onnx", "--dim", "sequnce=8"], ["--model", "sequnce"]),
+    (["train", "--model", "relu.onnx", "--dim", "rows=4", "--dim", "sequnce=8"],
+     ["--dim", "sequnce=8", "relu.onnx"]),
     # sensitivity
     (["sensitivity"], ["MODEL"]),
     (["sensitivity", "missing.onnx"], ["MODEL", "missing.onnx"]),

@@ -61,3 +61,30 @@ def test_compare_takes_an_onnx_model(onnx_file, tmp_path, monkeypatch, capsys):
     doc = json.loads((tmp_path / "cmp" / "compare.json").read_text())
     assert doc["preset"][-1]["method"] == "exact optimum" and "compare.json" in out
     assert doc["preset"][-1]["gap_pct"] == 0.0
+
+
+def test_job_dims_serve_each_onnx_model_and_a_stray_key_is_refused(onnx_file, tmp_path):
+    from onnx import TensorProto, helper
+
+    from hetjax.agents import ppo
+    from hetjax.agents.jobs import train_job
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "rows", 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="r")], "g", [x], [y])
+    rows = tmp_path / "rows.onnx"
+    rows.write_bytes(helper.make_model(g).SerializeToString())
+    # one dims for two ONNX models: "rows" is the second's only, and the first still loads
+    config = ppo.PPOConfig(model=onnx_file, models=(str(rows),), dims=(("rows", 4),))
+    assert ppo.load_model(config, onnx_file).m_max == 6  # bert-tiny: 6 blocks
+    assert ppo.load_model(config, str(rows)).n_max == 1
+    ppo.check_dims(config)
+    # a key that no model of the job has is refused before any training (nothing written)
+    bad = ppo.PPOConfig(model=onnx_file, dims=(("sequnce", 8),))
+    with pytest.raises(hj.PlanError, match=r"dims sequnce=8: no ONNX model of the job"):
+        train_job(bad, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(hj.PlanError, match="rows.onnx"):  # the models it looked in
+        ppo.check_dims(bad, (str(rows),))
+    # a key only a zero-shot model has is fine
+    ppo.check_dims(ppo.PPOConfig(model=onnx_file, dims=(("rows", 4),)), (str(rows),))

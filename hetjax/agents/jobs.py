@@ -37,7 +37,7 @@ def train_job(config, out: Path, *, resume: bool = False, held_out: int = 256, c
     a resumed run that is already finished and holds a report.json with the same options
     trains nothing and returns that report unchanged (its floats as written, "inf" strings
     read back as floats); a run killed at any point resumes to the same numbers."""
-    from hetjax.agents import report
+    from hetjax.agents import ppo, report
     from hetjax.agents.trainer import Trainer
     from hetjax.errors import PlanError
     from hetjax.io import read_json, write_json
@@ -46,6 +46,7 @@ def train_job(config, out: Path, *, resume: bool = False, held_out: int = 256, c
         raise PlanError(f"best_of = {best_of}: sampled plans must be >= 0")
     if zero_shot is not None:
         zero_shot = check_zero_shot(config, zero_shot)
+    ppo.check_dims(config, () if zero_shot is None else zero_shot["models"])
     if baselines is not None:
         baselines = list(report.check_baselines(baselines))
     trainer = Trainer(config, out, chunk=chunk, validation=validation)

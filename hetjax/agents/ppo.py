@@ -164,11 +164,31 @@ class Setup:
 
 
 def load_model(config: PPOConfig, name: str):
-    """The `LayerGraph` of one of the config's models (a built-in name or an ONNX file)."""
+    """The `LayerGraph` of one of the config's models (a built-in name or an ONNX file).
+
+    `config.dims` serves every ONNX model of the job: each gets the keys its inputs have
+    (`check_dims` refuses a key that no model has)."""
     if hj.graphs.is_onnx_path(name):
-        return hj.graphs.load(name, config.seq_len, config.granularity, dims=dict(config.dims),
+        have = set(hj.onnx.symbolic_dims(name)) | set(hj.onnx.DEFAULT_DIMS)
+        dims = {k: v for k, v in config.dims if k in have}
+        return hj.graphs.load(name, config.seq_len, config.granularity, dims=dims,
                               blocks=config.blocks)  # fmt: skip
     return hj.graphs.load(name, config.seq_len, config.granularity)
+
+
+def check_dims(config: PPOConfig, more_models=()) -> None:
+    """Every `config.dims` key must name a symbolic input dimension of one of the job's ONNX
+    models (`config.model`, `config.models` and `more_models`, e.g. the zero-shot ones): a key
+    that none has (a misspelling) would change nothing. Reads the files only."""
+    names = [m for m in (config.model, *config.models, *more_models) if hj.graphs.is_onnx_path(m)]
+    have = set(hj.onnx.DEFAULT_DIMS)
+    for m in names:
+        have |= set(hj.onnx.symbolic_dims(m))
+    for k, v in config.dims:
+        if k not in have:
+            where = ", ".join(names) if names else "none: the job's models are built in"
+            raise hj.PlanError(f"dims {k}={v}: no ONNX model of the job has an input dimension "
+                               f"{k!r} (ONNX models: {where})")  # fmt: skip
 
 
 def make_setup(config: PPOConfig) -> Setup:

@@ -234,6 +234,11 @@ def train_cmd(
     for name in zs_models:
         with checks.naming("--zero-shot-models", name):
             load_model(config, name)
+    if dims:
+        from hetjax.agents.ppo import check_dims
+
+        with checks.naming("--dim", " ".join(f"{k}={v}" for k, v in dims.items())):
+            check_dims(config, zs_models)
     if teacher == "exact" and granularity == "op":
         raise checks.OptionError(
             "--teacher exact: --granularity op has no exact optimum to "
@@ -397,6 +402,10 @@ def place_cmd(
             config, dims=tuple({**dict(config.dims), **dims}.items()),
             blocks=config.blocks if blocks is None else blocks,
         )  # fmt: skip
+    if dims:  # each --dim must name an input dimension of the model placed
+        with checks.naming("--dim", " ".join(f"{k}={v}" for k, v in dims.items())):
+            ppo.check_dims(dataclasses.replace(config, model=model or config.model, models=(),
+                                               dims=tuple(dims.items())))  # fmt: skip
     if model is not None:
         with checks.naming("--model", model):
             ppo.load_model(config, model)
