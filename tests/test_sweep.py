@@ -115,6 +115,28 @@ BAD = [
     ({"cosearch": {"capacity": "quality"}}, "cosearch.quality"),
     ({"figures": {"heatmap": ["x"]}}, "figures.heatmap"),
     ({"colour": "red"}, "sweep.colour"),
+    # wrong types: one line, not a TypeError from deep inside (2026-11-28 review)
+    ({"models": [{"name": ["bert-tiny"]}]}, "models[0].name = ['bert-tiny']"),
+    ({"models": [{"onnx": 3}]}, "models[0].onnx = 3"),
+    ({"platforms": [{"file": 3}]}, "platforms[0].file = 3"),
+    ({"platforms": [{"preset": ["edge"]}]}, "platforms[0].preset = ['edge']"),
+    ({"methods": [["greedy_eft"]]}, "methods = ['greedy_eft']"),
+    ({"methods": ["exact", "policy"], "policy": {"checkpoint": 3}}, "policy.checkpoint = 3"),
+    ({"cosearch": {"capacity": "quality", "quality": ["a"]}}, "cosearch.quality = ['a']"),
+    ({"figures": {"heatmap": ["nope", "alpha"]}}, "no column 'nope'"),
+    (
+        {"models": [{"base": "bert-tiny", "n_layers": [2]}, {"name": "bert-tiny", "label": "x"}]},
+        "'x' is the same model as 'bert-tiny-L2'",
+    ),
+    (
+        {
+            "models": [
+                {"base": "bert-tiny", "n_layers": [2, 4]},
+                {"base": "bert-tiny", "n_layers": [2, 4], "d_model": [256]},
+            ]
+        },
+        "give the entries a label",
+    ),
 ]
 
 
@@ -126,6 +148,34 @@ def test_bad_specs_raise_one_line_naming_the_field(edit, words, tmp_path):
         hj.sweep.parse(doc, tmp_path)
     msg = str(exc.value)
     assert words in msg and "\n" not in msg, msg
+
+
+def test_one_flat_weight_setting_and_model_labels():
+    spec = hj.sweep.parse({"weights": [1.0, 0.0, 0.0], "models": [
+        {"base": "bert-tiny", "n_layers": [2, 4]},
+        {"base": "bert-tiny", "n_layers": [2, 4], "d_model": [256], "label": "wide"},
+        {"name": "bert-mini", "label": "mini"}], "platforms": ["edge"]})  # fmt: skip
+    assert spec.weights == ((1.0, 0.0, 0.0),)
+    assert [m.label for m in spec.models] == ["bert-tiny-L2", "bert-tiny-L4", "wide-L2",
+                                              "wide-L4", "mini"]  # fmt: skip
+
+
+def test_a_spec_built_in_code_is_checked_and_lists_become_tuples(tmp_path):
+    from hetjax.sweep.spec import ModelSpec, PlatformSource, SweepSpec
+
+    base = dict(name="code", models=(ModelSpec("bert-tiny", "bert-tiny"),),
+                platforms=(PlatformSource("edge", "preset", "edge"),))  # fmt: skip
+    with pytest.raises(hj.SpecError, match="methods = 'greedy_eft_typo'"):
+        hj.sweep.run(SweepSpec(**base, methods=("greedy_eft_typo",)), tmp_path / "a",
+                     workers=1, progress=False)  # fmt: skip
+    assert not (tmp_path / "a").exists()  # refused before sweep.json
+    spec = hj.sweep.check(SweepSpec(**base, methods=["greedy_eft"], batch_sets=[[1, 4]],
+                                    weights=[[1, 0, 0]], seeds=[0]))  # fmt: skip
+    assert spec.batch_sets == ((1.0, 4.0),) and spec.weights == ((1.0, 0.0, 0.0),)
+    assert spec.methods == ("greedy_eft",) and spec.seeds == (0,)
+    table = hj.sweep.run(SweepSpec(**base, methods=["greedy_eft"], batch_sets=[[1, 4]]),
+                         tmp_path / "b", workers=1, progress=False)  # fmt: skip
+    assert table.num_rows == 1
 
 
 def test_bad_toml_and_missing_file(tmp_path):
@@ -472,3 +522,128 @@ def test_sweep_progress_script_reads_the_finished_shards(small_run):
     for m, s in doc["method_s"].items():
         assert s == pytest.approx(float(wall[methods == m].sum()))
     assert doc["configs_per_s"] == pytest.approx(1.2) and doc["projected_total_s"] == 10.0
+
+
+# --- the fifth review's sweep findings (2026-11-28) ------------------------------------------
+
+
+def test_resume_follows_file_contents_not_paths_and_keeps_its_shard_size(tmp_path, monkeypatch):
+    hj.hardware.save(hj.hardware.preset("host3"), tmp_path / "h3.json")
+    toml = ('methods = ["greedy_eft"]\nbatches = [[1], [4]]\nshard_size = 4\n'
+            '[[models]]\nname = "bert-tiny"\n[[platforms]]\nfile = "h3.json"\n')  # fmt: skip
+    (tmp_path / "s.toml").write_text(toml)
+    out = tmp_path / "out"
+    first = hj.sweep.run(hj.sweep.load(tmp_path / "s.toml"), out, workers=1, shard_size=1,
+                         progress=False)  # fmt: skip
+    # the same TOML by another path, and no shard size given: the same sweep, resumed
+    monkeypatch.chdir(tmp_path)
+    again = hj.sweep.run(hj.sweep.load("s.toml"), out, resume=True, workers=1, progress=False)
+    assert _same(again, first)
+    # the platform file changed: another sweep, refused (its old rows would mix with new ones)
+    slow = hj.hardware.preset("host3")
+    hj.hardware.save(slow.replace(mem_bw=slow.mem_bw * 0.1), tmp_path / "h3.json")
+    with pytest.raises(hj.SpecError, match="different sweep"):
+        hj.sweep.run(hj.sweep.load("s.toml"), out, resume=True, workers=1, progress=False)
+
+
+def test_onnx_models_count_their_weights_and_sequence(tmp_path):
+    from hetjax.onnx import export_transformer
+
+    fp32 = export_transformer("bert-tiny", tmp_path / "fp32.onnx")  # fp32 weights, symbolic seq
+    fixed = export_transformer("bert-tiny", tmp_path / "fixed.onnx", seq_len=32)
+    spec = hj.sweep.parse({"methods": ["greedy_eft"], "platforms": ["edge"], "models": [
+        {"onnx": str(fp32), "seq_len": 64}, {"onnx": str(fixed)},
+        {"name": "bert-tiny", "seq_len": 64}]})  # fmt: skip
+    info = sweep_run.prepare(spec, tmp_path / "o")[0]["model_info"]
+    builtin = info["bert-tiny-s64"]["params"]
+    assert info["fp32"]["params"] == pytest.approx(builtin, rel=0.01)  # not twice it
+    assert info["fp32"]["seq_len"] == 64 and info["fixed"]["seq_len"] is None
+
+
+def test_an_override_device_a_platform_lacks_is_refused():
+    spec = hj.sweep.parse(
+        {
+            "methods": ["greedy_eft"],
+            "models": ["bert-tiny"],
+            "platforms": ["edge", "host3"],
+            "overrides": [{"field": "mem_bw", "device": 2, "scale": [0.5, 2]}],
+        }
+    )
+    with pytest.raises(hj.SpecError, match=r"overrides\[0\] mem_bw\[2\]_scale: device = 2, but "
+                                           r"platforms\[0\] \(edge\) has 2 devices"):  # fmt: skip
+        sweep_run.platforms_of(spec, 0)
+
+
+def test_a_baselines_rows_do_not_depend_on_the_other_methods(tmp_path):
+    doc = {"batches": [1, 4], "models": ["bert-tiny"], "platforms": [{"sample": "edge", "n": 3}]}
+    alone = hj.sweep.run(hj.sweep.parse({**doc, "methods": ["random_search"]}), tmp_path / "a",
+                         workers=1, progress=False)  # fmt: skip
+    both = hj.sweep.run(hj.sweep.parse({**doc, "methods": ["least_loaded", "random_search"]}),
+                        tmp_path / "b", workers=1, progress=False)  # fmt: skip
+    pick = lambda t: [
+        r["block_devices"]
+        for r in t.to_pylist()  # noqa: E731
+        if r["method"] == "random_search"
+    ]
+    assert pick(alone) == pick(both)
+
+
+def test_an_infeasible_plan_gaps_inf_even_where_nothing_fits(tmp_path):
+    spec = hj.sweep.parse({"batches": [32], "methods": ["greedy_eft", "exact"],
+                           "models": ["bert-tiny"], "platforms": ["edge"],
+                           "overrides": [{"field": "mem_capacity", "device": 0, "scale": [8e-4]},
+                                         {"field": "mem_capacity", "device": 1,
+                                          "scale": [1e-5]}]})  # fmt: skip
+    # (batch 1, the reference plan's, fits device 0; batch 32 fits nowhere)
+    rows = hj.sweep.run(spec, tmp_path / "o", workers=1, progress=False).to_pylist()
+    assert rows and all(not r["feasible"] and r["gap_pct"] == float("inf") for r in rows)
+
+
+def test_a_heatmap_over_labels(tmp_path):
+    spec = hj.sweep.parse({"methods": ["exact"], "batches": [1, 4],
+                           "models": ["bert-tiny", "bert-mini"], "platforms": ["edge"],
+                           "overrides": [{"field": "link_bw", "set": [8e9, 16e9]}],
+                           "figures": {"heatmap": ["model", "link_bw"]}})  # fmt: skip
+    table = hj.sweep.run(spec, tmp_path / "o", workers=1, progress=False)
+    path = hj.sweep.figures.plot_heatmap(spec, table, tmp_path / "h.png")
+    assert path is not None and path.stat().st_size > 0
+
+
+def test_the_policy_is_checked_before_any_work(tmp_path):
+    import json
+
+    cfg = {"model": "bert-tiny", "platform": "edge", "d_max": 3, "seq_len": 16}
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "config.json").write_text(json.dumps({"ppo": cfg}))
+    doc = {
+        "methods": ["greedy_eft", "policy"],
+        "policy": {"checkpoint": str(run_dir)},
+        "models": [{"name": "bert-tiny", "seq_len": 16}],
+        "platforms": ["edge"],
+    }
+    # another batch set than the policy's: its rows would not compare with the others'
+    with pytest.raises(hj.SpecError, match=r"batches\[0\] = \['1', '4'\]: with the policy"):
+        hj.sweep.parse({**doc, "batches": [1, 4]})
+    # more devices than its slots: refused before sweep.json or any shard
+    spec = hj.sweep.parse({**doc, "platforms": ["edge", "host4"]})
+    with pytest.raises(hj.SpecError, match="places on 3 devices at most, the platforms have 4"):
+        hj.sweep.run(spec, tmp_path / "out", workers=1, progress=False)
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_resume_starts_a_sweep_in_a_fresh_folder(tmp_path, monkeypatch, capsys):
+    import sys
+
+    from hetjax import cli
+
+    (tmp_path / "s.toml").write_text('methods = ["least_loaded"]\nbatches = [1]\n'
+                                     '[[models]]\nname = "bert-tiny"\n[[platforms]]\n'
+                                     'preset = "edge"\n')  # fmt: skip
+    monkeypatch.setattr(sys, "argv", ["hetjax", "sweep", str(tmp_path / "s.toml"), "--out",
+                                      str(tmp_path / "new"), "--resume", "--no-figures",
+                                      "--workers", "1"])  # fmt: skip
+    with pytest.raises(SystemExit) as exc:
+        cli.main()
+    assert exc.value.code in (0, None), capsys.readouterr().err
+    assert (tmp_path / "new" / "results.parquet").is_file()

@@ -52,8 +52,7 @@ def sweep_cmd(
         spec = hj.sweep.load(spec_file)
     out_dir = out or Path("runs") / f"sweep-{spec.name}"
     checks.writable_dir("--out", out_dir)
-    if resume and not (out_dir / "sweep.json").exists():
-        raise checks.OptionError(f"--resume: {str(out_dir)!r} holds no sweep to resume")
+    # --resume on a folder with no sweep yet starts it (as `train --resume` does)
     table = hj.sweep.run(spec, out_dir, resume=resume, workers=workers, address=address,
                          shard_size=shard_size)  # fmt: skip
     rows = hj.sweep.summary(table)

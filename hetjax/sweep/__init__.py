@@ -24,6 +24,7 @@ from hetjax.sweep.runner import (
 )
 from hetjax.sweep.spec import (
     GRID_FIELDS,
+    HEATMAP_COLUMNS,
     METHODS,
     OVERRIDE_FIELDS,
     CoSearch,
@@ -32,6 +33,7 @@ from hetjax.sweep.spec import (
     PlatformSource,
     PolicySpec,
     SweepSpec,
+    check,
     load,
     parse,
 )
@@ -41,6 +43,7 @@ __all__ = [
     "figures",
     "load",
     "parse",
+    "check",
     "run",
     "prepare",
     "run_shard",
@@ -60,4 +63,5 @@ __all__ = [
     "GRID_FIELDS",
     "OVERRIDE_FIELDS",
     "METHODS",
+    "HEATMAP_COLUMNS",
 ]

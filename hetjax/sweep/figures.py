@@ -114,7 +114,7 @@ def plot_heatmap(spec: SweepSpec, table, path) -> Path | None:
     t = table.filter(pc.equal(table["method"], "exact"))
     c = _cols(t, t.column_names)
     shares = sorted(k for k in c if k.startswith("share_d") and k != "share_d0")
-    x, y = (np.asarray(c[a], np.float64) for a in axes_)
+    x, y = (_axis(c[a]) for a in axes_)
     xs, ys = np.unique(x), np.unique(y)
     ws = _weights(c)
     plt = _plt()
@@ -130,8 +130,9 @@ def plot_heatmap(spec: SweepSpec, table, path) -> Path | None:
                     if s.any():
                         grid[i, j] = float(np.mean(c[sh][s]))
             im = ax.imshow(grid, origin="lower", aspect="auto", vmin=0, vmax=1, cmap="viridis")
-            ax.set_xticks(range(len(xs)), [f"{v:g}" for v in xs], fontsize=7)
-            ax.set_yticks(range(len(ys)), [f"{v:g}" for v in ys], fontsize=7)
+            ax.set_xticks(range(len(xs)), [_tick(v) for v in xs], fontsize=7,
+                          rotation=0 if x.dtype.kind == "f" else 30)  # fmt: skip
+            ax.set_yticks(range(len(ys)), [_tick(v) for v in ys], fontsize=7)
             ax.set_xlabel(axes_[0])
             ax.set_ylabel(axes_[1])
             dev = sh[len("share_d") :]
@@ -147,6 +148,18 @@ def plot_heatmap(spec: SweepSpec, table, path) -> Path | None:
     save_figure(fig, path)
     plt.close(fig)
     return Path(path)
+
+
+def _axis(values) -> np.ndarray:
+    """A heatmap axis: numbers as floats, anything else (labels, missing values) as text."""
+    try:
+        return np.asarray(values, np.float64)
+    except (TypeError, ValueError):
+        return np.asarray(["-" if v is None else str(v) for v in values])
+
+
+def _tick(v) -> str:
+    return f"{v:g}" if isinstance(v, (float, np.floating)) else str(v)
 
 
 def plot_gaps(spec: SweepSpec, table, path) -> Path | None:

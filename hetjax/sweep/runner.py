@@ -159,7 +159,13 @@ def platforms_of(spec: SweepSpec, seed: int):
     combos = list(itertools.product(*(o.values for o in spec.overrides)))
     parts, meta = [], []
     for i, src in enumerate(spec.platforms):
-        base = hj.hardware.pad(_source_platforms(spec, i, seed), d_max)
+        own = _source_platforms(spec, i, seed)
+        real = int(np.asarray(own.device_mask).sum(-1).min())
+        for k, o in enumerate(spec.overrides):
+            if o.device is not None and o.device < d_max and o.device >= real:
+                raise SpecError(f"overrides[{k}] {o.column}: device = {o.device}, but "
+                                f"platforms[{i}] ({src.label}) has {real} devices")  # fmt: skip
+        base = hj.hardware.pad(own, d_max)
         host = {f.name: np.asarray(getattr(base, f.name)) for f in dataclasses.fields(base)}
         for combo in combos:
             arrays = {k: v.copy() for k, v in host.items()}
@@ -361,20 +367,30 @@ def _pareto(graph, platforms, shard: Shard, d_max: int, chunk: int):
 
 
 @functools.cache
+def _policy_slots(checkpoint: str, d_max: int) -> int:
+    """The policy's device slots (a run saved before d_max: its preset's count); a SpecError if
+    the sweep's platforms have more devices."""
+    import hetjax as hj
+    from hetjax.agents.ppo import PPOConfig
+
+    doc = read_json(Path(checkpoint) / "config.json")
+    config = PPOConfig.from_dict(doc["ppo"])
+    pd = config.d_max or hj.hardware.preset(config.platform).d_max
+    if d_max > pd:
+        raise SpecError(f"policy.checkpoint = {checkpoint!r}: the policy places on {pd} devices "
+                        f"at most, the platforms have {d_max}")  # fmt: skip
+    return pd
+
+
 def _policy(checkpoint: str, model: str, seq_len: int, d_max: int):
     import dataclasses as dc
 
-    import hetjax as hj
     from hetjax.agents import ppo
     from hetjax.agents.jobs import load_policy
 
     config, params = load_policy(Path(checkpoint))
     trained = (config.model,) + tuple(config.models)
-    # the device slots it was trained with (a run saved before d_max: the preset's count)
-    pd = config.d_max or hj.hardware.preset(config.platform).d_max
-    if d_max > pd:
-        raise SpecError(f"policy.checkpoint = {checkpoint!r}: the policy places on {pd} devices "
-                        f"at most, the platforms have {d_max}")  # fmt: skip
+    pd = _policy_slots(checkpoint, d_max)
     # the sweep's model at the sweep's sequence length: the policy's plans are evaluated on
     # the same graph as every other method's
     config = dc.replace(config, model=model, models=tuple(n for n in trained if n != model),
@@ -446,8 +462,13 @@ def run_shards(shared: dict, job: tuple) -> list[dict]:
             opt_score[s.index] = np.where(cols["feasible"], cols["score"], np.nan)
             blocks[s.index].append((0, cols))
     weights = list(spec.weights)  # always all of them: the same program whatever the shards
+    from hetjax.baselines import STRATEGIES
+
     for j, name in enumerate(spec.baselines()):
-        plans, wall = _baseline(name, graph, platforms, index, first, weights, j + 1, chunk)
+        # the key follows the method's name (its place in STRATEGIES), not its place in
+        # `methods`: adding a method changes no other method's rows
+        method_id = list(STRATEGIES).index(name) + 1
+        plans, wall = _baseline(name, graph, platforms, index, first, weights, method_id, chunk)
         sims = simulations(name, len(first.batches), d_max)
         for s in shards:
             w = weights.index(s.weights)
@@ -497,7 +518,8 @@ def _assemble(spec, shared, shard: Shard, index, blocks, opt_score) -> dict:
     gap = np.where(s >= o, 0.0, gap)  # the optimum itself (also when it scores 0)
     gap = np.where(np.isfinite(s), gap, np.inf)
     pareto = np.asarray(out["method"], dtype=object) == "pareto"
-    out["gap_pct"] = np.where(pareto | ~np.isfinite(o), np.nan, gap)
+    gap = np.where(np.isfinite(o) | ~np.isfinite(s), gap, np.nan)  # no optimum: unknown
+    out["gap_pct"] = np.where(pareto, np.nan, gap)
     meta = _meta(spec, shared, shard)
     n = len(perm)
     head = {k: [v] * n for k, v in meta.items()}
@@ -539,10 +561,9 @@ def _model_info(spec: SweepSpec, graphs: dict) -> dict:
             params = float(param_count(cfg))
             seq = cfg.tokens(m.seq_len)
         else:
-            params = float(np.asarray(g.param_bytes)[mask].sum() / 2.0)  # fp16 weights
-            seq = m.seq_len or dict(m.dims).get("sequence", 128)
+            params, seq = _onnx_info(m)
         out[m.label] = {
-            "seq_len": int(seq),
+            "seq_len": None if seq is None else int(seq),
             "n_layers": None if cfg is None else cfg.n_layers,
             "d_model": None if cfg is None else cfg.d_model,
             "n_heads": None if cfg is None else cfg.n_heads,
@@ -551,6 +572,23 @@ def _model_info(spec: SweepSpec, graphs: dict) -> dict:
             "flops": float(np.asarray(g.flops, np.float64)[mask].sum()),
         }
     return out
+
+
+def _onnx_info(m) -> tuple[float, int | None]:
+    """(parameters, tokens per sample) of an ONNX model: its weight elements (the import at
+    1 byte per floating-point element: each float weight counts once, an INT8 table its
+    elements), and the value of its symbolic "sequence" dimension (None: it has none, e.g. a
+    file exported at a fixed length)."""
+    import hetjax as hj
+
+    dims = dict(hj.onnx.DEFAULT_DIMS)
+    if m.seq_len is not None:
+        dims["sequence"] = int(m.seq_len)
+    dims.update(dict(m.dims))
+    g = hj.onnx.load_graph(m.source, dims, blocks=m.blocks, dtype_bytes=1)
+    params = float(np.asarray(g.param_bytes, np.float64)[np.asarray(g.op_mask)].sum())
+    has_seq = {"sequence"} & set(hj.onnx.symbolic_dims(m.source))
+    return params, (dims["sequence"] if has_seq else None)
 
 
 def _shard_path(out: Path, i: int) -> Path:
@@ -581,18 +619,25 @@ def prepare(spec: SweepSpec, out: str | Path, *, resume: bool = False,
     the output folder (a folder holding another sweep, or this one without `resume`, is
     refused). Returns (shared, platforms, shards, manifest)."""
     import hetjax as hj
+    from hetjax.sweep.spec import check
 
+    spec = check(spec)
     out = Path(out)
-    size = spec.shard_size if shard_size is None else int(shard_size)
-    if size < 1:
-        raise SpecError(f"shard_size = {size}: must be >= 1")
     manifest_path = out / "sweep.json"
-    fp = spec.fingerprint(size)
+    old = None
     if manifest_path.exists():
         try:
             old = read_json(manifest_path)
         except (OSError, ValueError):
             old = {}
+    if shard_size is None and resume and isinstance(old, dict) and old.get("shard_size"):
+        shard_size = old["shard_size"]  # a resumed sweep keeps the shard size it began with
+    size = spec.shard_size if shard_size is None else shard_size
+    if isinstance(size, bool) or not isinstance(size, numbers.Integral) or size < 1:
+        raise SpecError(f"shard_size = {size!r}: must be a whole number >= 1")
+    size = int(size)
+    fp = spec.fingerprint(size)
+    if old is not None:
         if not resume:
             raise SpecError(f"--out {str(out)!r}: holds a sweep already; pass --resume to go on "
                             "or choose another folder")  # fmt: skip
@@ -622,6 +667,8 @@ def prepare(spec: SweepSpec, out: str | Path, *, resume: bool = False,
                 hj.exact.check_chain(graphs[m.label], first)
             except HetjaxError as err:
                 raise SpecError(f"models[{i}] ({m.label}): {err}") from None
+    if "policy" in spec.methods:  # its device slots, before any shard runs
+        _policy_slots(spec.policy.checkpoint, per_seed[spec.seeds[0]][0].d_max)
     n = len(per_seed[spec.seeds[0]][1])
     shared = {"spec": spec, "graphs": graphs, "d_max": d_max, "chunk": chunk_size(n),
               "model_info": _model_info(spec, graphs)}  # fmt: skip
@@ -679,7 +726,9 @@ def run(
     import pyarrow as pa
 
     from hetjax.exact import default_workers
+    from hetjax.sweep.spec import check
 
+    spec = check(spec)
     out = Path(out)
     if workers is None:
         workers = default_workers()

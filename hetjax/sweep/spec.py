@@ -32,6 +32,8 @@ __all__ = [
     "METHODS",
     "load",
     "parse",
+    "check",
+    "HEATMAP_COLUMNS",
 ]
 
 # TransformerConfig fields a model grid may sweep (and seq_len, tokens per sample)
@@ -43,6 +45,10 @@ OVERRIDE_FIELDS = (
 )  # fmt: skip
 # Methods besides the baselines (hj.baselines.STRATEGIES); "baselines" means all of those
 METHODS = ("baselines", "exact", "pareto", "policy")
+# Configuration columns of the results table a heatmap can use as an axis (besides the
+# overrides' columns): numbers, or the model / platform labels as categories
+HEATMAP_COLUMNS = ("model", "platform", "seed", "alpha", "beta", "gamma", "params", "flops",
+                   *GRID_FIELDS)  # fmt: skip
 _TOP_KEYS = {"name", "seeds", "batches", "weights", "methods", "shard_size", "models",
              "platforms", "overrides", "policy", "cosearch", "figures"}  # fmt: skip
 
@@ -152,11 +158,48 @@ class SweepSpec:
         return tuple(m for m in self.methods if m in STRATEGIES)
 
     def fingerprint(self, shard_size: int | None = None) -> str:
-        """Hash of everything the results depend on (the shard size names the shard files)."""
+        """Hash of everything the results depend on (the shard size names the shard files).
+
+        Files enter by their contents, not their paths: an ONNX model, a platform JSON, a
+        policy checkpoint or a quality CSV that changed is another sweep, and the same file
+        named by another path (the TOML run from another folder) is the same sweep."""
         doc = dataclasses.asdict(self)
         doc["shard_size"] = self.shard_size if shard_size is None else shard_size
         doc.pop("heatmap")
+        for m in doc["models"]:
+            if m["onnx"]:
+                m["source"] = _digest(m["source"])
+        for p in doc["platforms"]:
+            if p["kind"] == "file":
+                p["name"] = _digest(p["name"])
+        if doc["policy"] is not None:
+            doc["policy"]["checkpoint"] = _digest(doc["policy"]["checkpoint"])
+        if doc["cosearch"] is not None and doc["cosearch"]["quality"] is not None:
+            doc["cosearch"]["quality"] = _digest(doc["cosearch"]["quality"])
         return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _digest(path: str) -> str:
+    """sha256 of a file's bytes, or of a training run's policy files (config.json and the
+    checkpoint), in order; "missing" for a file that is not there (any later run differs)."""
+    p = Path(path)
+    files = (
+        [p]
+        if not p.is_dir()
+        else sorted(
+            f for f in p.iterdir() if f.name == "config.json" or f.name.startswith("checkpoint")
+        )
+    )
+    h = hashlib.sha256()
+    for f in files:
+        try:
+            with open(f, "rb") as fh:
+                for block in iter(lambda fh=fh: fh.read(1 << 20), b""):
+                    h.update(block)
+        except OSError:
+            return "missing"
+        h.update(f.name.encode())
+    return h.hexdigest()
 
 
 # --- parsing ---------------------------------------------------------------------------------
@@ -202,7 +245,14 @@ def _keys(where: str, d: dict, allowed) -> None:
             raise SpecError(f"{where}.{k}: unknown key; use one of {', '.join(sorted(allowed))}")
 
 
-def _path(base: Path, p) -> str:
+def _str(where: str, v) -> str:
+    if not isinstance(v, str) or not v:
+        raise _err(where, v, "must be a non-empty string")
+    return v
+
+
+def _path(base: Path, p, where: str = "path") -> str:
+    _str(where, p)
     return str(p if os.path.isabs(p) else base / p)
 
 
@@ -218,24 +268,26 @@ def _models(doc, base: Path) -> tuple[ModelSpec, ...]:
         if isinstance(e, str):
             e = {"name": e}
         e = _table(w, e)
-        _keys(w, e, {"name", "onnx", "seq_len", "dims", "blocks", "base", *GRID_FIELDS})
+        _keys(w, e, {"name", "onnx", "seq_len", "dims", "blocks", "base", "label", *GRID_FIELDS})
         kinds = [k for k in ("name", "onnx", "base") if k in e]
         if len(kinds) != 1:
             raise SpecError(f"{w}: give exactly one of name, onnx or base (got {kinds or 'none'})")
+        own = None if "label" not in e else _str(f"{w}.label", e["label"])
         if "onnx" in e:
-            path = _path(base, e["onnx"])
+            path = _path(base, e["onnx"], f"{w}.onnx")
             if not Path(path).is_file():
                 raise _err(f"{w}.onnx", e["onnx"], "no such file")
             dims = _table(f"{w}.dims", e.get("dims", {}))
             dims = tuple((str(k), _int(f"{w}.dims.{k}", v, 1)) for k, v in sorted(dims.items()))
             seq = None if "seq_len" not in e else _int(f"{w}.seq_len", e["seq_len"], 1)
-            out.append(ModelSpec(label=Path(path).stem, source=path, seq_len=seq, dims=dims,
-                                 blocks=e.get("blocks"), onnx=True))  # fmt: skip
+            blocks = None if "blocks" not in e else _str(f"{w}.blocks", e["blocks"])
+            out.append(ModelSpec(label=own or Path(path).stem, source=path, seq_len=seq,
+                                 dims=dims, blocks=blocks, onnx=True))  # fmt: skip
             continue
         for k in ("dims", "blocks"):
             if k in e:
                 raise SpecError(f"{w}.{k}: applies to ONNX models only")
-        name = e.get("name", e.get("base"))
+        name = _str(f"{w}.{kinds[0]}", e[kinds[0]])
         if name not in MODELS:
             key = "name" if "name" in e else "base"
             raise _err(f"{w}.{key}", name, f"unknown model; built-in: {', '.join(MODELS)}")
@@ -251,7 +303,9 @@ def _models(doc, base: Path) -> tuple[ModelSpec, ...]:
             values = dict(fields)
             seq = values.get("seq_len")
             named = [(k, v) for k, v in fields if k in varying] or fields  # what tells them apart
-            label = name + "".join(f"-{_SHORT[k]}{v}" for k, v in named)
+            label = (own or name) + "".join(f"-{_SHORT[k]}{v}" for k, v in named)
+            if own is not None and not grid:
+                label = own
             m = ModelSpec(label=label, source=name, seq_len=seq, fields=fields)
             try:
                 cfg = m.config()
@@ -269,8 +323,23 @@ def _models(doc, base: Path) -> tuple[ModelSpec, ...]:
     labels = [m.label for m in out]
     dup = sorted({x for x in labels if labels.count(x) > 1})
     if dup:
-        raise SpecError(f"models: {dup[0]!r} appears twice")
+        raise SpecError(f"models: {dup[0]!r} appears twice; give the entries a label")
+    seen: dict = {}
+    for m in out:  # one model twice (under two labels) would only repeat its rows
+        key = _identity(m)
+        if key in seen:
+            raise SpecError(f"models: {m.label!r} is the same model as {seen[key]!r}")
+        seen[key] = m.label
     return tuple(out)
+
+
+def _identity(m: ModelSpec):
+    """What makes two model entries the same model (labels aside)."""
+    if m.onnx:
+        return ("onnx", os.path.realpath(m.source), m.seq_len, m.dims, m.blocks)
+    cfg = m.config()
+    return ("config", dataclasses.replace(cfg, name="", published_params=None),
+            cfg.tokens(m.seq_len))  # fmt: skip
 
 
 _SHORT = {"n_layers": "L", "d_model": "d", "n_heads": "h", "d_ff": "ff", "seq_len": "s"}
@@ -297,7 +366,7 @@ def _platforms(doc, base: Path) -> tuple[PlatformSource, ...]:
                 f"{w}: give exactly one of preset, file or sample (got {kinds or 'none'})"
             )
         kind = kinds[0]
-        value = e[kind]
+        value = _str(f"{w}.{kind}", e[kind])
         if kind in ("preset", "sample") and value not in PRESETS:
             raise _err(f"{w}.{kind}", value, f"unknown preset; presets: {', '.join(PRESETS)}")
         if kind != "sample":
@@ -305,7 +374,7 @@ def _platforms(doc, base: Path) -> tuple[PlatformSource, ...]:
                 if k in e:
                     raise SpecError(f"{w}.{k}: applies to sampled platforms only")
         if kind == "file":
-            value = _path(base, value)
+            value = _path(base, value, f"{w}.file")
             _check_platform_file(f"{w}.file", e["file"], value)
         n = _int(f"{w}.n", e.get("n", 1), 1) if kind == "sample" else 1
         spread = _num(f"{w}.spread", e.get("spread", 2.0))
@@ -313,12 +382,19 @@ def _platforms(doc, base: Path) -> tuple[PlatformSource, ...]:
             raise _err(f"{w}.spread", spread, f"must be in [1, {MAX_SPREAD:g}]")
         links = None
         if "links" in e:
-            links = tuple(_list(f"{w}.links", e["links"], allow_scalar=False))
+            links = tuple(
+                _str(f"{w}.links", x) for x in _list(f"{w}.links", e["links"], allow_scalar=False)
+            )
             bad = [x for x in links if x not in LINKS]
             if bad:
                 raise _err(f"{w}.links", bad[0], f"unknown link type; known: {', '.join(LINKS)}")
-        label = str(e.get("label", f"{kind}:{Path(str(e[kind])).stem}" if kind != "preset"
-                              else e[kind]))  # fmt: skip
+        label = (
+            _str(f"{w}.label", e["label"])
+            if "label" in e
+            else f"{kind}:{Path(str(e[kind])).stem}"
+            if kind != "preset"
+            else e[kind]
+        )
         out.append(PlatformSource(label=label, kind=kind, name=value, n=n, spread=spread,
                                   links=links))  # fmt: skip
     labels = [p.label for p in out]
@@ -378,8 +454,11 @@ def _weights(doc) -> tuple[tuple[float, float, float], ...]:
                  for k, d in (("alpha", 0.6), ("beta", 0.3), ("gamma", 0.1))]  # fmt: skip
         sets = list(itertools.product(*grids))
     else:
+        v = _list("weights", v, allow_scalar=False)
+        if all(isinstance(x, numbers.Real) and not isinstance(x, bool) for x in v):
+            v = [v]  # one weight setting given flat, [alpha, beta, gamma]
         sets = []
-        for i, s in enumerate(_list("weights", v, allow_scalar=False)):
+        for i, s in enumerate(v):
             if not isinstance(s, list) or len(s) != 3:
                 raise _err(f"weights[{i}]", s, "must be [alpha, beta, gamma]")
             sets.append(tuple(_num(f"weights[{i}]", x) for x in s))
@@ -409,7 +488,7 @@ def _methods(doc) -> tuple[str, ...]:
 
     v = _list("methods", doc.get("methods", ["baselines", "exact"]), allow_scalar=False)
     for m in v:
-        if m not in METHODS and m not in STRATEGIES:
+        if not isinstance(m, str) or (m not in METHODS and m not in STRATEGIES):
             raise _err("methods", m, f"use {', '.join(METHODS)} or a baseline: "
                        f"{', '.join(STRATEGIES)}")  # fmt: skip
     return tuple(dict.fromkeys(v))
@@ -430,7 +509,7 @@ def parse(doc: dict, base_dir: str | os.PathLike = ".") -> SweepSpec:
         _keys("policy", p, {"checkpoint", "best_of"})
         if "checkpoint" not in p:
             raise SpecError("policy.checkpoint: missing (a training run directory)")
-        ck = _path(base, p["checkpoint"])
+        ck = _path(base, p["checkpoint"], "policy.checkpoint")
         if not (Path(ck) / "config.json").is_file():
             raise _err("policy.checkpoint", p["checkpoint"], "no config.json (not a training run)")
         policy = PolicySpec(checkpoint=ck, best_of=_int("policy.best_of", p.get("best_of", 0)))
@@ -445,7 +524,7 @@ def parse(doc: dict, base_dir: str | os.PathLike = ".") -> SweepSpec:
         if cap == "quality":
             if "quality" not in c:
                 raise SpecError("cosearch.quality: missing (a CSV file with columns model,quality)")
-            q = _path(base, c["quality"])
+            q = _path(base, c["quality"], "cosearch.quality")
             if not Path(q).is_file():
                 raise _err("cosearch.quality", c["quality"], "no such file")
         budget = c.get("latency_budget_ms")
@@ -463,6 +542,10 @@ def parse(doc: dict, base_dir: str | os.PathLike = ".") -> SweepSpec:
             if not isinstance(h, list) or len(h) != 2 or not all(isinstance(x, str) for x in h):
                 raise _err("figures.heatmap", h, "must be two column names")
             heat = (h[0], h[1])
+            known = [*HEATMAP_COLUMNS, *(o.column for o in _overrides(doc))]
+            for c in heat:
+                if c not in known:
+                    raise _err("figures.heatmap", h, f"no column {c!r}; use {', '.join(known)}")
     name = doc.get("name", "sweep")
     if not isinstance(name, str) or not name:
         raise _err("name", name, "must be a non-empty string")
@@ -486,13 +569,111 @@ def parse(doc: dict, base_dir: str | os.PathLike = ".") -> SweepSpec:
 
 
 def _check_policy(spec: SweepSpec) -> None:
-    """The policy places the models it was trained on, with its own batch set."""
-    cfg = json.loads((Path(spec.policy.checkpoint) / "config.json").read_text()).get("ppo", {})
-    trained = [cfg.get("model"), *cfg.get("models", [])]
+    """The policy places the models it was trained on, choosing from the batch set it was
+    trained with: every batch set of the sweep must be that one, so that the policy's rows
+    compare with the other methods' (and its gap with the optimum's) over the same choices."""
+    try:
+        doc = json.loads((Path(spec.policy.checkpoint) / "config.json").read_text())
+        cfg = doc.get("ppo", {})
+        trained = [cfg.get("model"), *cfg.get("models", [])]
+        own = tuple(float(b) for b in cfg.get("batches", (1, 2, 4, 8, 16, 32)))
+    except (OSError, ValueError, TypeError, AttributeError) as err:
+        raise _err("policy.checkpoint", spec.policy.checkpoint,
+                   f"unreadable config.json ({type(err).__name__})") from None  # fmt: skip
     for m in spec.models:
         if m.onnx or any(k != "seq_len" for k, _ in m.fields) or m.source not in trained:
             why = f"the policy was trained on {trained}, not on model {m.label!r}"
             raise _err("policy.checkpoint", spec.policy.checkpoint, why)
+    for i, b in enumerate(spec.batch_sets):
+        if tuple(b) != own:
+            raise _err(f"batches[{i}]", [f"{x:g}" for x in b],
+                       "with the policy method every batch set must be the policy's own, "
+                       f"{[f'{x:g}' for x in own]} (its rows are compared over the same "
+                       "batch choices)")  # fmt: skip
+
+
+def check(spec: SweepSpec) -> SweepSpec:
+    """A spec built in code, checked as `parse` checks a TOML one (one-line `SpecError`
+    naming the field) and with lists made tuples; `hj.sweep.run` calls it first."""
+    from hetjax.baselines import STRATEGIES
+
+    if not isinstance(spec, SweepSpec):
+        raise _err("spec", type(spec).__name__, "must be a SweepSpec (or use hj.sweep.load)")
+    _str("name", spec.name)
+
+    def items(where, v, cls):
+        if isinstance(v, (str, bytes)) or not isinstance(v, (list, tuple)) or not v:
+            raise _err(where, v, "must be a non-empty tuple")
+        for i, x in enumerate(v):
+            if not isinstance(x, cls):
+                raise _err(f"{where}[{i}]", x, f"must be a {cls.__name__}")
+        return tuple(v)
+
+    models = items("models", spec.models, ModelSpec)
+    platforms = items("platforms", spec.platforms, PlatformSource)
+    overrides = () if not spec.overrides else items("overrides", spec.overrides, Override)
+    for i, m in enumerate(models):
+        _str(f"models[{i}].label", m.label)
+        _str(f"models[{i}].source", m.source)
+    for i, p in enumerate(platforms):
+        if p.kind not in ("preset", "file", "sample"):
+            raise _err(f"platforms[{i}].kind", p.kind, "use preset, file or sample")
+        _str(f"platforms[{i}].name", p.name)
+        _int(f"platforms[{i}].n", p.n, 1)
+    for i, o in enumerate(overrides):
+        if o.field not in OVERRIDE_FIELDS:
+            raise _err(f"overrides[{i}].field", o.field, f"use one of {', '.join(OVERRIDE_FIELDS)}")
+        if o.mode not in ("set", "scale"):
+            raise _err(f"overrides[{i}].mode", o.mode, "use set or scale")
+        values = tuple(_num(f"overrides[{i}].values", v) for v in _list(
+            f"overrides[{i}].values", list(o.values), allow_scalar=False))  # fmt: skip
+        overrides = (*overrides[:i], dataclasses.replace(o, values=values), *overrides[i + 1 :])
+    for where, group in (("models", [m.label for m in models]),
+                         ("platforms", [p.label for p in platforms])):  # fmt: skip
+        dup = sorted({x for x in group if group.count(x) > 1})
+        if dup:
+            raise SpecError(f"{where}: {dup[0]!r} appears twice")
+    weights = []
+    for i, w in enumerate(_list("weights", list(spec.weights), allow_scalar=False)):
+        if not isinstance(w, (list, tuple)) or len(w) != 3:
+            raise _err(f"weights[{i}]", w, "must be (alpha, beta, gamma)")
+        w = tuple(_num(f"weights[{i}]", x) for x in w)
+        if sum(w) == 0:
+            raise _err(f"weights[{i}]", list(w), "alpha + beta + gamma must be > 0")
+        weights.append(w)
+    batch_sets = []
+    for i, b in enumerate(_list("batch_sets", list(spec.batch_sets), allow_scalar=False)):
+        if not isinstance(b, (list, tuple)):
+            raise _err(f"batch_sets[{i}]", b, "must be a tuple of batches")
+        b = tuple(_num(f"batch_sets[{i}]", x, positive=True)
+                  for x in _list(f"batch_sets[{i}]", list(b), allow_scalar=False))  # fmt: skip
+        if any(x < 1 for x in b):
+            raise _err(f"batch_sets[{i}]", list(b), "every batch must be >= 1")
+        batch_sets.append(b)
+    seeds = tuple(_int("seeds", x, 0) for x in _list("seeds", list(spec.seeds), allow_scalar=False))
+    methods = _list("methods", list(spec.methods), allow_scalar=False)
+    for m in methods:
+        if not isinstance(m, str) or (m not in METHODS and m not in STRATEGIES):
+            raise _err("methods", m, f"use {', '.join(METHODS)} or a baseline: "
+                       f"{', '.join(STRATEGIES)}")  # fmt: skip
+    if ("policy" in methods) != (spec.policy is not None):
+        raise SpecError('policy: a PolicySpec goes with "policy" in methods, and only with it')
+    if spec.cosearch is not None and "exact" not in methods:
+        raise SpecError('cosearch: needs "exact" in methods (models at their optimum)')
+    _int("shard_size", spec.shard_size, 1)
+    if spec.heatmap is not None:
+        known = [*HEATMAP_COLUMNS, *(o.column for o in overrides)]
+        if len(spec.heatmap) != 2 or any(c not in known for c in spec.heatmap):
+            raise _err("heatmap", spec.heatmap, f"two of: {', '.join(known)}")
+    out = dataclasses.replace(
+        spec, models=models, platforms=platforms, overrides=tuple(overrides),
+        weights=tuple(dict.fromkeys(weights)), batch_sets=tuple(dict.fromkeys(batch_sets)),
+        seeds=tuple(dict.fromkeys(seeds)), methods=tuple(dict.fromkeys(methods)),
+        heatmap=None if spec.heatmap is None else tuple(spec.heatmap),
+    )  # fmt: skip
+    if out.policy is not None:
+        _check_policy(out)
+    return out
 
 
 def load(path: str | os.PathLike) -> SweepSpec:
