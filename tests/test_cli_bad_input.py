@@ -74,7 +74,7 @@ CASES = [
     (["train", "--granularity", "layer"], ["--granularity", "layer"]),
     (["train", "--granularity", "op"], ["--teacher", "exact", "--granularity op"]),
     (["train", "--num-envs", "-4"], ["--num-envs", "-4"]),
-    (["train", "--num-envs", "6"], ["num_envs", "6"]),
+    (["train", "--num-envs", "6"], ["--num-envs", "6"]),
     (["train", "--num-updates", "-1"], ["--num-updates", "-1"]),
     (["train", "--chunk", "0"], ["--chunk", "0"]),
     (["train", "--held-out", "0"], ["--held-out", "0"]),
@@ -91,7 +91,7 @@ CASES = [
     (["train", "--descriptors", "raw"], ["--descriptors", "raw"]),
     (["train", "--teacher", "none", "--num-updates", "0"], ["num_updates = 0"]),
     (["train", "--teacher", "oracle"], ["--teacher", "oracle"]),
-    (["train", "--teacher", "none", "--imitation-steps", "5"], ["imitation_steps", "5"]),
+    (["train", "--teacher", "none", "--imitation-steps", "5"], ["--imitation-steps", "5"]),
     (["train", "--teacher", "none", "--bc-coef", "0.5"], ["bc_coef", "0.5"]),
     (["train", "--quality-budget", "1"], ["--quality-budget", "1", "--formats"]),
     (["train", "--delta", "0.5"], ["--delta", "0.5", "--formats"]),
@@ -193,6 +193,15 @@ CASES = [
     (["sensitivity", "garbage.onnx", "--dim", "sequence"], ["--dim", "sequence"]),
     (["sensitivity", "garbage.onnx", "--out", "adir"], ["--out", "adir"]),
     # sweep
+    (["train", "--model", "bert-tiny", "--num-envs", "8", "--out", "chunked", "--resume",
+      "--chunk", "2"], ["config.json", "chunk (the run's 1, now 2)"]),
+    (["place", "--checkpoint", "narrow"], ["checkpoint.msgpack", "incompatible", "(8,"]),
+    (["place", "--checkpoint", "nockpt"], ["--checkpoint", "nockpt", "no checkpoint yet"]),
+    (["train", "--model", "bert-tiny", "--dim", "sequence=64"], ["--dim", "built in"]),
+    (["train", "--model", "bert-tiny", "--blocks", "("], ["--blocks", "built in"]),
+    (["train", "--num-envs", "10"], ["--num-envs 10", "multiple of 4"]),
+    (["train", "--model", "bert-tiny", "--models", "bert-tiny"], ["--models", "--model already"]),
+    (["train", "--teacher", "none", "--imitation-steps", "50"], ["--imitation-steps 50", "none"]),
     (["sweep"], ["SWEEP.toml"]),
     (["sweep", "missing.toml"], ["missing.toml"]),
     (["sweep", "adir"], ["adir", "directory"]),
@@ -278,6 +287,26 @@ def scratch(tmp_path_factory):
     }
     for name, text in tomls.items():
         (d / name).write_text(text)
+    # a run whose checkpoint was written by a wider network than its config.json says, and a
+    # run stopped before its first checkpoint
+    import jax
+
+    from hetjax.agents import ppo
+    from hetjax.agents.trainer import save_checkpoint
+
+    small = dict(model="bert-tiny", num_envs=8, num_minibatches=2, heads=2, layers=1)
+    for name, width, saved in (("narrow", 8, 16), ("nockpt", 8, None)):
+        (d / name).mkdir()
+        cfg = ppo.PPOConfig(**small, width=width)
+        (d / name / "config.json").write_text(json.dumps({"ppo": cfg.to_dict()}))
+        if saved is not None:
+            setup = ppo.make_setup(ppo.PPOConfig(**small, width=saved))
+            runner = jax.jit(lambda k, s=setup: ppo.init_runner(s, k))(jax.random.key(0))
+            save_checkpoint(d / name / "checkpoint.msgpack", runner, {})
+    (d / "chunked").mkdir()
+    (d / "chunked" / "config.json").write_text(json.dumps(
+        {"ppo": ppo.PPOConfig(model="bert-tiny", num_envs=8).to_dict(), "chunk": 1,
+         "validation": 128}))  # fmt: skip
     (d / "donesweep").mkdir()
     (d / "donesweep" / "sweep.json").write_text("{}")
     return d

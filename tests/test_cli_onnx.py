@@ -86,5 +86,12 @@ def test_job_dims_serve_each_onnx_model_and_a_stray_key_is_refused(onnx_file, tm
     assert not (tmp_path / "run").exists()
     with pytest.raises(hj.PlanError, match="rows.onnx"):  # the models it looked in
         ppo.check_dims(bad, (str(rows),))
+    # options for built-in models, or a dimension a fixed-shape file does not have: refused
+    with pytest.raises(hj.PlanError, match="dims: applies to ONNX models"):
+        ppo.check_dims(ppo.PPOConfig(model="bert-tiny", dims=(("sequence", 64),)))
+    with pytest.raises(hj.PlanError, match="blocks: applies to ONNX models"):
+        ppo.check_dims(ppo.PPOConfig(model="bert-tiny", blocks="layer"))
+    with pytest.raises(hj.PlanError, match="dims sequence=64"):
+        ppo.check_dims(ppo.PPOConfig(model=str(rows), dims=(("sequence", 64),)))
     # a key only a zero-shot model has is fine
     ppo.check_dims(ppo.PPOConfig(model=onnx_file, dims=(("rows", 4),)), (str(rows),))

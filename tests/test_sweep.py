@@ -580,11 +580,10 @@ def test_a_baselines_rows_do_not_depend_on_the_other_methods(tmp_path):
                          workers=1, progress=False)  # fmt: skip
     both = hj.sweep.run(hj.sweep.parse({**doc, "methods": ["least_loaded", "random_search"]}),
                         tmp_path / "b", workers=1, progress=False)  # fmt: skip
-    pick = lambda t: [
-        r["block_devices"]
-        for r in t.to_pylist()  # noqa: E731
-        if r["method"] == "random_search"
-    ]
+
+    def pick(t):
+        return [r["block_devices"] for r in t.to_pylist() if r["method"] == "random_search"]
+
     assert pick(alone) == pick(both)
 
 

@@ -177,18 +177,25 @@ def load_model(config: PPOConfig, name: str):
 
 
 def check_dims(config: PPOConfig, more_models=()) -> None:
-    """Every `config.dims` key must name a symbolic input dimension of one of the job's ONNX
-    models (`config.model`, `config.models` and `more_models`, e.g. the zero-shot ones): a key
-    that none has (a misspelling) would change nothing. Reads the files only."""
+    """The ONNX options of a job apply: every `config.dims` key must name a symbolic input
+    dimension of one of the job's ONNX models (`config.model`, `config.models` and
+    `more_models`, e.g. the zero-shot ones), and `config.blocks` needs an ONNX model: a key
+    that none has (a misspelling, `sequence` for a file exported at a fixed length) or options
+    for built-in models would change nothing. Reads the files only."""
     names = [m for m in (config.model, *config.models, *more_models) if hj.graphs.is_onnx_path(m)]
-    have = set(hj.onnx.DEFAULT_DIMS)
+    if not names and (config.dims or config.blocks is not None):
+        what = "dims" if config.dims else "blocks"
+        models = ", ".join((config.model, *config.models, *more_models))
+        raise hj.PlanError(f"{what}: applies to ONNX models; the job's models are built in "
+                           f"({models})")  # fmt: skip
+    have = set()
     for m in names:
         have |= set(hj.onnx.symbolic_dims(m))
     for k, v in config.dims:
         if k not in have:
-            where = ", ".join(names) if names else "none: the job's models are built in"
             raise hj.PlanError(f"dims {k}={v}: no ONNX model of the job has an input dimension "
-                               f"{k!r} (ONNX models: {where})")  # fmt: skip
+                               f"{k!r} (ONNX models: {', '.join(names)}; their dimensions: "
+                               f"{', '.join(sorted(have)) or 'none'})")  # fmt: skip
 
 
 def make_setup(config: PPOConfig) -> Setup:

@@ -62,6 +62,17 @@ def load_checkpoint(path: Path, template: ppo.RunnerState) -> tuple[ppo.RunnerSt
         raise CheckpointError(f"{path}: no checkpoint to resume from") from None
     except Exception as err:  # msgpack / structure errors
         raise CheckpointError(f"{path}: corrupt or incompatible checkpoint ({err})") from None
+    # from_bytes checks the tree's keys, not its arrays' shapes (a config.json whose network
+    # width was edited, a checkpoint of another run): compare them here
+    got = jax.tree_util.tree_leaves_with_path(state["runner"])
+    want = jax.tree_util.tree_leaves(target["runner"])
+    for (where, x), y in zip(got, want, strict=True):
+        if np.shape(x) != np.shape(y):
+            name = jax.tree_util.keystr(where)
+            raise CheckpointError(
+                f"{path}: incompatible checkpoint ({name} has shape {np.shape(x)}, the run's "
+                f"config.json needs {np.shape(y)})"
+            )
     r = state["runner"]
     runner = ppo.RunnerState(
         r["params"], r["opt_state"], jax.random.wrap_key_data(jnp.asarray(r["key"])),
@@ -107,6 +118,8 @@ class Trainer:
                 )
             if theirs != mine:
                 diff = sorted(k for k in mine["ppo"] if mine["ppo"][k] != theirs["ppo"].get(k))
+                diff += [f"{k} (the run's {theirs.get(k)}, now {mine[k]})"
+                         for k in ("chunk", "validation") if theirs.get(k) != mine[k]]  # fmt: skip
                 raise CheckpointError(
                     f"{path}: the run there used a different config (differs in {diff}); "
                     "resume with the same options"

@@ -232,6 +232,13 @@ def run_dir(option: str, path: Path, *, must_exist: bool) -> None:
             raise CheckpointError(
                 f"{option} {str(path)!r}: {f.name} is corrupt ({type(err).__name__})"
             ) from None
+    if option == "--checkpoint" and not any(
+        (Path(path) / f).exists() for f in ("checkpoint.msgpack", "best.msgpack")
+    ):
+        raise CheckpointError(
+            f"{option} {str(path)!r}: holds no checkpoint yet (the run was stopped before its "
+            "first; continue it with train --resume)"
+        )
     for f in sorted(Path(path).glob("*.msgpack")):
         from flax import serialization
 

@@ -228,16 +228,26 @@ def train_cmd(
     config = PPOConfig(model=model, models=extra, platform=platform, platforms=more,
                        seed=seed, seq_len=seq_len, dims=tuple(dims.items()), blocks=blocks,
                        granularity=granularity, **settings)  # fmt: skip
+    # the settings make_setup refuses, named by the option that set them
+    if model in extra:
+        raise checks.OptionError(f"--models {model!r}: is the --model already")
+    if config.num_envs % config.num_minibatches:
+        raise checks.OptionError(f"--num-envs {config.num_envs}: must be a multiple of "
+                                 f"{config.num_minibatches} (PPO's minibatches)")  # fmt: skip
+    if teacher == "none" and imitation_steps:
+        raise checks.OptionError(f"--imitation-steps {imitation_steps}: --teacher none clones "
+                                 "no teacher; leave it out (or 0)")  # fmt: skip
     for name in (model, *extra):
         with checks.naming("--models" if name in extra else "--model", name):
             load_model(config, name)
     for name in zs_models:
         with checks.naming("--zero-shot-models", name):
             load_model(config, name)
-    if dims:
+    if dims or blocks is not None:
         from hetjax.agents.ppo import check_dims
 
-        with checks.naming("--dim", " ".join(f"{k}={v}" for k, v in dims.items())):
+        given = [f"{k}={v}" for k, v in dims.items()]
+        with checks.naming("--dim" if dims else "--blocks", " ".join(given) or blocks):
             check_dims(config, zs_models)
     if teacher == "exact" and granularity == "op":
         raise checks.OptionError(
