@@ -193,8 +193,21 @@ CASES = [
     (["sensitivity", "garbage.onnx", "--dim", "sequence"], ["--dim", "sequence"]),
     (["sensitivity", "garbage.onnx", "--out", "adir"], ["--out", "adir"]),
     # sweep
-    (["train", "--model", "bert-tiny", "--num-envs", "8", "--out", "chunked", "--resume",
-      "--chunk", "2"], ["config.json", "chunk (the run's 1, now 2)"]),
+    (
+        [
+            "train",
+            "--model",
+            "bert-tiny",
+            "--num-envs",
+            "8",
+            "--out",
+            "chunked",
+            "--resume",
+            "--chunk",
+            "2",
+        ],
+        ["config.json", "chunk (the run's 1, now 2)"],
+    ),
     (["place", "--checkpoint", "narrow"], ["checkpoint.msgpack", "incompatible", "(8,"]),
     (["place", "--checkpoint", "nockpt"], ["--checkpoint", "nockpt", "no checkpoint yet"]),
     (["train", "--model", "bert-tiny", "--dim", "sequence=64"], ["--dim", "built in"]),
