@@ -4,6 +4,8 @@ leaves the placement where it was, and the trainer runs it once, after PPO, keep
 validation says so."""
 
 import dataclasses
+import unittest.mock
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -92,6 +94,33 @@ def test_the_trainer_without_a_teacher_never_solves_and_fits_once_after_ppo(tmp_
     # a resumed finished run does not fit again
     _, again = Trainer(cfg, tmp_path, chunk=1, validation=8).run(resume=True, progress=False)
     assert again == rows
+    # killed at the batch fit's checkpoint (after best.msgpack may have taken the fitted
+    # policy): the resumed run fits again from the same start, to the same files
+    from hetjax.agents import trainer as trainer_mod
+    from hetjax.io import atomic_write_bytes
+
+    class Killed(BaseException):
+        pass
+
+    def kill_at_the_fit_checkpoint(path, data):
+        fitting = b'"phase": "batch fit"' in data  # the checkpoint that ends the fit
+        if fitting and Path(path).name == "checkpoint.msgpack":
+            raise Killed
+        atomic_write_bytes(path, data)
+
+    part = tmp_path / "part"
+    kill = unittest.mock.patch.object(trainer_mod, "atomic_write_bytes", kill_at_the_fit_checkpoint)
+    with kill, pytest.raises(Killed):
+        Trainer(cfg, part, chunk=1, validation=8).run(progress=False)
+    _, resumed = Trainer(cfg, part, chunk=1, validation=8).run(resume=True, progress=False)
+    drop = lambda rs: [{k: v for k, v in r.items() if k != "wall_s"} for r in rs]  # noqa: E731
+    assert drop(resumed) == drop(rows)
+    template = Trainer(cfg, part, chunk=1, validation=8).best()[0]
+    for name in ("best.msgpack", "checkpoint.msgpack"):  # (their progress rows: wall times)
+        a = trainer_mod.load_checkpoint(part / name, template)[0]
+        b = trainer_mod.load_checkpoint(tmp_path / name, template)[0]
+        for x, y in zip(jax.tree.leaves(a.params), jax.tree.leaves(b.params), strict=True):
+            np.testing.assert_array_equal(np.asarray(x), np.asarray(y), err_msg=name)
 
 
 def test_batch_fit_fields_are_checked_and_old_configs_load_without_a_fit():

@@ -323,8 +323,14 @@ class Trainer:
         finished = int(runner.update) >= c.num_updates
         if c.batch_fit_platforms > 0 and finished and not fit_done:
             # the selected policy's batch step fitted to its own placements; kept (best.msgpack)
-            # only if validation says it is better, like any chunk
-            start, _ = load_checkpoint(best_path, template)
+            # only if validation says it is better, like any chunk. It starts from a copy of
+            # the selected runner made first: a run killed after best.msgpack took the fitted
+            # policy, before the checkpoint, fits again from the same start, not from the fit
+            start_path = self.out / "batch_fit_start.msgpack"
+            if not start_path.exists():
+                start, _ = load_checkpoint(best_path, template)
+                save_checkpoint(start_path, start, {})
+            start, _ = load_checkpoint(start_path, template)
             fit = batch_fit.make_batch_fit(
                 self.setup, platforms=c.batch_fit_platforms, steps=c.batch_fit_steps,
                 keep=c.batch_fit_keep, lr=c.batch_fit_lr, minibatch=c.batch_fit_minibatch,
