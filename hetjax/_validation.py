@@ -15,7 +15,14 @@ from hetjax.graphs.core import validate as validate_graph
 from hetjax.hardware.core import Platform
 from hetjax.hardware.core import validate as validate_platform
 
-__all__ = ["traced", "validate_once", "check_weights", "check_quality", "check_graph_and_platform"]
+__all__ = [
+    "traced",
+    "validate_once",
+    "check_weights",
+    "check_quality",
+    "check_graph_and_platform",
+    "check_reference_fits",
+]
 
 
 def traced(tree) -> bool:
@@ -91,3 +98,22 @@ def check_graph_and_platform(where: str, graph, platform, *, single: bool = True
         )
     validate_once(graph, validate_graph)
     validate_once(platform, validate_platform)
+
+
+def check_reference_fits(where: str, graph, platform, b_ref: float = 1.0) -> None:
+    """SPEC: where a graph meets a platform, the reference plan (every op on device 0 at
+    `b_ref`, FP16) must fit device 0's memory: every score is relative to it (an infeasible
+    reference makes every score +inf). `PlatformError` when it does not; checked only on
+    concrete (untraced) single inputs."""
+    if traced((graph, platform)) or graph.batch_shape or platform.batch_shape:
+        return
+    real = np.asarray(graph.op_mask)
+    need = float(np.asarray(graph.param_bytes, np.float64)[real].sum() + b_ref * np.asarray(
+        graph.act_bytes, np.float64)[real].max(initial=0.0))  # fmt: skip
+    cap = float(np.asarray(platform.mem_capacity)[0])
+    if need > cap:
+        raise PlatformError(
+            f"{where}: platform.mem_capacity[0] = {cap:.6g} bytes: the reference plan (every "
+            f"op on device 0 at batch {b_ref:g}) needs {need:.6g} bytes, and every score is "
+            "relative to it"
+        )

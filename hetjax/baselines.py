@@ -45,7 +45,13 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from hetjax._validation import check_graph_and_platform, check_quality, check_weights, traced
+from hetjax._validation import (
+    check_graph_and_platform,
+    check_quality,
+    check_reference_fits,
+    check_weights,
+    traced,
+)
 from hetjax.cost import (
     DEFAULT_CHUNK,
     DEFAULT_WEIGHTS,
@@ -535,6 +541,8 @@ def _make(rule: BlockRule, name: str, doc: str) -> Strategy:
         formats=(0,), codes=(0,), delta=0.0, quality_budget=float("inf"),
     ):  # fmt: skip
         check_graph_and_platform(name, graph, platform)
+        check_reference_fits(name, graph, platform)
+        _check_key(name, key)
         b, w = _check(name, batches, weights)
         fq = _check_formats(name, formats, codes, delta, quality_budget)
         return _best(name, graph, platform, *_per_batch(rule, key, graph, platform, b), w, fq)
@@ -614,6 +622,8 @@ def all_on_best_device(
 ) -> Plan:  # fmt: skip
     """`all_on(d)` for every device d and every batch; the best SPEC score wins -> `Plan`."""
     check_graph_and_platform("all_on_best_device", graph, platform)
+    check_reference_fits("all_on_best_device", graph, platform)
+    _check_key("all_on_best_device", key)
     b, w = _check("all_on_best_device", batches, weights)
     fq = _check_formats("all_on_best_device", formats, codes, delta, quality_budget)
     return _best("all_on_best_device", graph, platform, *_all_on_each(graph, platform, b), w, fq)
@@ -690,6 +700,8 @@ def random_search(
     each block draws (device, format, code) uniformly over the legal triples, scored with
     `delta` (per point) and `quality_budget` (points)."""
     check_graph_and_platform("random_search", graph, platform)
+    check_reference_fits("random_search", graph, platform)
+    _check_key("random_search", key)
     b, w = _check("random_search", batches, weights)
     if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
         raise PlanError(f"random_search: k = {k!r}: must be an int >= 1")
@@ -819,7 +831,11 @@ def cem(
     Cost model 2.0: with `formats` / `codes` each block's categorical is over its legal
     (device, format, code) triples, scored with `delta` (per point) and `quality_budget`."""
     check_graph_and_platform("cem", graph, platform)
+    check_reference_fits("cem", graph, platform)
+    _check_key("cem", key)
     b, w = _check("cem", batches, weights)
+    _whole("cem", "population", population)
+    _whole("cem", "iterations", iterations)
     if population < len(b):
         raise PlanError(f"cem: population = {population}: must be >= len(batches) = {len(b)}")
     if iterations < 1 or not 0 < elite_frac <= 1 or not 0 < smoothing <= 1:
@@ -834,6 +850,17 @@ def cem(
         key, graph, platform, b, w, int(population), int(iterations), float(elite_frac),
         float(smoothing), **extra,
     )  # fmt: skip
+
+
+def _check_key(where: str, key) -> None:
+    if not hasattr(key, "dtype") or not hasattr(key, "shape"):  # e.g. a Python int seed
+        raise PlanError(f"{where}: key = {key!r}: must be a JAX PRNG key (jax.random.key(0))")
+
+
+def _whole(where: str, what: str, v) -> None:
+    """A static size: a whole number (not a bool, not 10.5 truncated to 10)."""
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+        raise PlanError(f"{where}: {what} = {v!r}: must be a whole number")
 
 
 STRATEGIES: dict[str, Strategy] = {

@@ -34,6 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from hetjax._validation import check_reference_fits, traced
 from hetjax.cost import DEFAULT_WEIGHTS, _device_terms, evaluate, reference_plan
 from hetjax.errors import PlanError
 from hetjax.formats import NUM_FORMATS
@@ -117,6 +118,10 @@ def latency_lower_bound(graph: LayerGraph, platform: Platform, batch,
                         formats: int = 1) -> jax.Array:  # fmt: skip
     """f32[]: s per batch that no plan at `batch` beats (+inf if some op can run nowhere).
     Pure and jittable; see the module docstring for the derivation."""
+    if not traced(batch):
+        x = np.asarray(batch, np.float64)
+        if not (np.isfinite(x) & (x >= 1)).all():
+            raise PlanError(f"latency_lower_bound: batch = {batch!r}: must be a number >= 1")
     return _parts(graph, platform, batch, formats)[0]
 
 
@@ -131,9 +136,11 @@ def bound(graph: LayerGraph, platform: Platform, batches, weights=DEFAULT_WEIGHT
     w = np.asarray(weights, np.float64)
     if w.shape != (3,) or not np.isfinite(w).all() or (w < 0).any():
         raise PlanError(f"bound: weights = {tuple(weights)!r}: need three finite numbers >= 0")
-    b = np.asarray(batches, np.float64).reshape(-1)
-    if not b.size or not (np.isfinite(b) & (b >= 1)).all():
-        raise PlanError(f"bound: batches = {batches!r}: need numbers >= 1")
+    b = np.asarray(batches, np.float64)
+    if b.ndim > 1 or not b.size or not (np.isfinite(b) & (b >= 1)).all():
+        raise PlanError(f"bound: batches = {batches!r}: need a sequence of numbers >= 1")
+    b = b.reshape(-1)
+    check_reference_fits("bound", graph, platform, b_ref)
     alpha, beta, gamma = (float(x) for x in w)
     ref = evaluate(graph, platform, reference_plan(graph, b_ref))
     p_idle = jnp.sum(jnp.where(platform.device_mask, platform.p_idle, 0.0))

@@ -50,16 +50,20 @@ def _timed(fn, *args):
     return out, time.perf_counter() - t0
 
 
+def _reduction_pct(base: float, x: float) -> float:
+    """100 * (base - x) / base; NaN where the all-on-device-0 value is 0 (identical blocks have
+    no layer-time spread to reduce): no reduction is defined."""
+    return (base - x) / base * 100.0 if base != 0 else float("nan")
+
+
 def _row(name, graph, platform, plan, ref, opt_score, wall_s, weights, score_kw=None):
     """One strategy's row; `score_kw` (cost model 2.0: the score's `delta` and
     `quality_budget`) adds the quality terms and a `quality_loss` column."""
     m = hj.evaluate(graph, platform, plan)
     base = hj.evaluate(graph, platform, hj.Plan(jnp.zeros_like(plan.placement), plan.batch))
     s = float(hj.score(m, ref, weights, **(score_kw or {})))
-    lat_red = (float(base.latency) - float(m.latency)) / float(base.latency) * 100.0
-    std_red = (
-        (float(base.layer_time_std) - float(m.layer_time_std)) / float(base.layer_time_std) * 100
-    )
+    lat_red = _reduction_pct(float(base.latency), float(m.latency))
+    std_red = _reduction_pct(float(base.layer_time_std), float(m.layer_time_std))
     row = dict(
         method=name,
         batch=float(plan.batch),

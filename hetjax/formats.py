@@ -9,6 +9,8 @@ scales them by `w / 16`.
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
 from hetjax.errors import PlanError
@@ -51,8 +53,18 @@ def check_choices(values, what: str, where: str = "") -> tuple[int, ...]:
     """Formats (`what` = "formats") or codes ("codes") to choose from: the distinct indices,
     sorted, non-empty and including 0; else `PlanError` naming `where`, `what` and the value."""
     n = NUM_FORMATS if what == "formats" else NUM_CODES
+
+    def whole(v) -> bool:  # an int (Python, numpy or a 0-d integer array), not a bool
+        if isinstance(v, bool):
+            return False
+        dtype = getattr(v, "dtype", None)
+        return isinstance(v, numbers.Integral) or (
+            dtype is not None and np.ndim(v) == 0 and np.issubdtype(dtype, np.integer)
+        )
+
     try:
-        out = tuple(sorted(dict.fromkeys(int(v) for v in values)))
+        items = [] if isinstance(values, (str, bytes)) else list(values)  # "012" is no tuple
+        out = tuple(sorted(dict.fromkeys(int(v) for v in items))) if all(map(whole, items)) else ()
     except (TypeError, ValueError):
         out = ()
     if not out or out[0] != 0 or out[-1] >= n:

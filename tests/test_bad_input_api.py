@@ -29,6 +29,13 @@ def _platform():
     return hj.hardware.preset("edge")
 
 
+def _tight():
+    """A platform whose device 0 cannot hold the reference plan (60% of what it needs)."""
+    g, p = _graph(), _platform()
+    need = float(hj.evaluate(g, p, hj.reference_plan(g)).mem_used[0])
+    return p.replace(mem_capacity=p.mem_capacity.at[0].set(0.6 * need))
+
+
 def _metrics():
     g = _graph()
     return hj.evaluate(g, _platform(), hj.reference_plan(g))
@@ -182,6 +189,34 @@ CASES = [
      hj.GraphError, ("n_max", "0")),
     ("graph-no-ops", lambda: hj.graphs.GraphBuilder().build(), hj.GraphError,
      ("0 ops", "0 blocks")),
+    # the fifth review (exact solvers, baselines, bounds)
+    ("strategy-reference-does-not-fit", lambda: hj.baselines.get("least_loaded")(
+        KEY, _graph(), _tight()), hj.PlatformError, ("least_loaded", "mem_capacity[0]",
+                                                     "reference plan")),
+    ("cem-reference-does-not-fit", lambda: hj.baselines.get("cem")(KEY, _graph(), _tight()),
+     hj.PlatformError, ("cem", "reference plan")),
+    ("bound-reference-does-not-fit", lambda: hj.bounds.score_bound(_graph(), _tight(), (1, 8)),
+     hj.PlatformError, ("bound", "reference plan")),
+    ("strategy-formats-fraction", _strategy("greedy_eft", formats=(0, 1.5)), hj.PlanError,
+     ("formats = (0, 1.5)",)),
+    ("strategy-formats-string", _strategy("greedy_eft", formats="012"), hj.PlanError,
+     ("formats = '012'",)),
+    ("cem-population-fraction", _strategy("cem", population=10.5), hj.PlanError,
+     ("population = 10.5",)),
+    ("strategy-int-key", lambda: hj.baselines.get("random_search")(0, _graph(), _platform()),
+     hj.PlanError, ("key = 0", "PRNG key")),
+    ("optimal-score-stats-list", lambda: hj.exact.optimal_score(_graph(), _platform(),
+                                                                 stats=[]), hj.PlanError,
+     ("stats = []",)),
+    ("optimal-scores-none", lambda: hj.exact.optimal_scores(_graph(), jax.tree.map(
+        lambda x: x[None][:0], _platform())), hj.PlanError, ("K = 0",)),
+    ("latency-bound-batch-zero", lambda: hj.bounds.latency_lower_bound(_graph(), _platform(), 0),
+     hj.PlanError, ("batch = 0",)),
+    ("latency-bound-batch-nan", lambda: hj.bounds.latency_lower_bound(_graph(), _platform(),
+                                                                      float("nan")),
+     hj.PlanError, ("batch = nan",)),
+    ("bound-batches-2d", lambda: hj.bounds.bound(_graph(), _platform(), [[1, 2]]), hj.PlanError,
+     ("batches = [[1, 2]]",)),
     ("sample-int-key", lambda: hj.hardware.sample(0, 2), hj.PlatformError,
      ("key = 0", "PRNG key")),
     ("builder-op-class-name", lambda: _builder().op("a", "MATMULX", 1, 1, 1), hj.GraphError,

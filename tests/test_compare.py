@@ -174,3 +174,20 @@ def test_csv_columns_are_every_rows_keys_in_order(tmp_path):
     rows = [{"method": "a", "score": 1.0}, {"method": "b", "score": 2.0, "upper_bound": 3.0}]
     text = write_csv(tmp_path / "x.csv", rows).read_text().splitlines()
     assert text == ["method,score,upper_bound", "a,1.0,", "b,2.0,3.0"]
+
+
+def test_identical_blocks_have_no_spread_to_reduce():
+    """All-on-device-0 has layer-time std 0 on identical blocks: the reduction is NaN, not a
+    ZeroDivisionError (fifth review)."""
+    import math
+
+    from hetjax.graphs import FFN, MATMUL, GraphBuilder
+
+    b, prev = GraphBuilder(), None
+    for j in range(3):
+        b.begin_block(FFN)
+        prev = b.op(f"mm{j}", MATMUL, 1e9, 1e5, 1e5, 1e6, [prev])
+    rows, _, _ = hj.compare.compare_preset(b.build(), hj.hardware.preset("edge"), batches=(1, 8))
+    assert rows[-1]["method"] == "exact optimum"
+    assert all(math.isnan(r["layer_time_std_reduction_pct"]) for r in rows)
+    assert all(math.isfinite(r["latency_reduction_pct"]) for r in rows)

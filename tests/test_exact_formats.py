@@ -279,3 +279,24 @@ def test_bad_time_limit_is_refused(limit):
     with pytest.raises(hj.PlanError, match="time_limit"):
         hj.exact.optimal_score(g, hj.hardware.preset("edge"), BATCHES, formats=(0, 1),
                                time_limit=limit)  # fmt: skip
+
+
+def test_a_plan_exactly_at_the_budget_counts_as_hj_score_counts_it():
+    """Three INT8 blocks of 0.1 point under a budget of 0.3: in float64 0.1f * 3 exceeds 0.3,
+    in the score's float32 it equals float32(0.3). The search tests the budget as the score
+    does (fifth review: it kept two INT8 blocks and CEM scored above its 'optimum')."""
+    g = hj.graphs.transformer("bert-tiny", seq_len=64)
+    loss = np.zeros((g.m_max, 3), np.float32)
+    loss[:, 1] = 0.1
+    g = g.replace(fmt_loss=jnp.asarray(loss))
+    p = hj.hardware.preset("edge")
+    plan, val = hj.exact.optimal_score(g, p, (1.0, 8.0, 32.0), formats=(0, 1),
+                                       quality_budget=0.3)  # fmt: skip
+    m = hj.evaluate(g, p, plan)
+    assert float(m.quality_loss) == float(np.float32(0.3))  # three INT8 blocks
+    ref = hj.evaluate(g, p, hj.reference_plan(g))
+    assert float(hj.score(m, ref, quality_budget=0.3)) == pytest.approx(val, rel=1e-6)
+    # and no plan of the budget's edge with one block fewer: the exact optimum above 2 blocks'
+    plan2, val2 = hj.exact.optimal_score(g, p, (1.0, 8.0, 32.0), formats=(0, 1),
+                                         quality_budget=0.25)  # fmt: skip
+    assert val > val2

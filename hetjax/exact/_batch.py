@@ -155,6 +155,8 @@ def optimal_scores(
     if not leaves or np.ndim(leaves[0]) < 1:
         raise PlanError("optimal_scores: platforms must be stacked along a leading axis K")
     k = int(np.shape(platforms.mem_bw)[0])
+    if k == 0:
+        raise PlanError("optimal_scores: platforms has K = 0 platforms: give at least one")
     host_graph, host_platforms = _host(graph), _host(platforms)
     singles = [jax.tree.map(lambda x, i=i: x[i], host_platforms) for i in range(k)]
     if workers is None:

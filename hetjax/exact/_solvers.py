@@ -109,6 +109,11 @@ def _check_b_ref(where: str, b_ref) -> float:
     return b
 
 
+def _check_stats(where: str, stats) -> None:
+    if stats is not None and not isinstance(stats, dict):
+        raise PlanError(f"{where}: stats = {stats!r}: pass a dict (it receives the statistics)")
+
+
 def _plan(problem: ChainProblem, bp_local, batch: float) -> Plan:
     return Plan.create(_ops(problem, expand(problem, bp_local)), batch)
 
@@ -121,7 +126,12 @@ def _format_problem(problem, formats, codes, delta, quality_budget, where):
     check_quality(delta, quality_budget, where)
     if formats == (0,) and codes == (0,):
         return None
-    return _formats.FormatProblem(problem, formats, codes, float(delta), float(quality_budget))
+    # `hj.score` tests quality_loss <= quality_budget in the graph's precision (the budget
+    # rounded to it, float32 unless x64 data): so does the search, or a plan exactly at the
+    # budget (three blocks of 0.1 under 0.3) would be left out where the score keeps it
+    dtype = np.asarray(problem.graph.fmt_loss).dtype
+    budget = float(np.asarray(quality_budget, dtype)) if np.isfinite(quality_budget) else math.inf
+    return _formats.FormatProblem(problem, formats, codes, float(delta), budget)
 
 
 def _state_plan(fp, sp, batch) -> Plan:
@@ -237,6 +247,7 @@ def optimal_score(
     """
     t0 = time.perf_counter()
     _check_b_ref("optimal_score", b_ref)
+    _check_stats("optimal_score", stats)
     if time_limit is not None:
         try:
             limit = float(time_limit)
@@ -407,6 +418,7 @@ def pareto_front(
     """
     t0 = time.perf_counter()
     _check_b_ref("pareto_front", b_ref)
+    _check_stats("pareto_front", stats)
     problem = ChainProblem.create(graph, platform, b_ref=b_ref)
     batches = check_batches(batches)
     fp = _format_problem(problem, formats, codes, 0.0, quality_budget, "pareto_front")
