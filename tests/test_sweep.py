@@ -544,6 +544,15 @@ def test_resume_follows_file_contents_not_paths_and_keeps_its_shard_size(tmp_pat
     hj.hardware.save(slow.replace(mem_bw=slow.mem_bw * 0.1), tmp_path / "h3.json")
     with pytest.raises(hj.SpecError, match="different sweep"):
         hj.sweep.run(hj.sweep.load("s.toml"), out, resume=True, workers=1, progress=False)
+    # a sweep begun before fingerprints hashed contents (its sweep.json holds the path-based
+    # one) still resumes
+    import json
+
+    spec = hj.sweep.load(tmp_path / "s.toml")
+    doc = json.loads((out / "sweep.json").read_text())
+    doc["fingerprint"] = spec.legacy_fingerprint(1)
+    (out / "sweep.json").write_text(json.dumps(doc))
+    hj.sweep.run(spec, out, resume=True, workers=1, progress=False)
 
 
 def test_onnx_models_count_their_weights_and_sequence(tmp_path):

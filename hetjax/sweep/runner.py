@@ -641,7 +641,7 @@ def prepare(spec: SweepSpec, out: str | Path, *, resume: bool = False,
         if not resume:
             raise SpecError(f"--out {str(out)!r}: holds a sweep already; pass --resume to go on "
                             "or choose another folder")  # fmt: skip
-        if old.get("fingerprint") != fp:
+        if old.get("fingerprint") not in (fp, spec.legacy_fingerprint(size)):
             raise SpecError(f"--resume {str(out)!r}: the folder holds a different sweep (another "
                             "spec or shard size)")  # fmt: skip
     graphs = {}

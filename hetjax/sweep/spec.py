@@ -163,9 +163,7 @@ class SweepSpec:
         Files enter by their contents, not their paths: an ONNX model, a platform JSON, a
         policy checkpoint or a quality CSV that changed is another sweep, and the same file
         named by another path (the TOML run from another folder) is the same sweep."""
-        doc = dataclasses.asdict(self)
-        doc["shard_size"] = self.shard_size if shard_size is None else shard_size
-        doc.pop("heatmap")
+        doc = self._fingerprint_doc(shard_size)
         for m in doc["models"]:
             if m["onnx"]:
                 m["source"] = _digest(m["source"])
@@ -177,6 +175,18 @@ class SweepSpec:
         if doc["cosearch"] is not None and doc["cosearch"]["quality"] is not None:
             doc["cosearch"]["quality"] = _digest(doc["cosearch"]["quality"])
         return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
+
+    def legacy_fingerprint(self, shard_size: int | None = None) -> str:
+        """The fingerprint sweeps written before 2026-11-28 carry (paths, not contents): such a
+        sweep still resumes, with the paths as they were given."""
+        doc = self._fingerprint_doc(shard_size)
+        return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
+
+    def _fingerprint_doc(self, shard_size: int | None) -> dict:
+        doc = dataclasses.asdict(self)
+        doc["shard_size"] = self.shard_size if shard_size is None else shard_size
+        doc.pop("heatmap")
+        return doc
 
 
 def _digest(path: str) -> str:
