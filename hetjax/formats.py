@@ -9,8 +9,6 @@ scales them by `w / 16`.
 
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
 
 from hetjax.errors import PlanError
@@ -54,13 +52,13 @@ def check_choices(values, what: str, where: str = "") -> tuple[int, ...]:
     sorted, non-empty and including 0; else `PlanError` naming `where`, `what` and the value."""
     n = NUM_FORMATS if what == "formats" else NUM_CODES
 
-    def whole(v) -> bool:  # an int (Python, numpy or a 0-d integer array), not a bool
-        if isinstance(v, bool):
+    def whole(v) -> bool:  # a whole number (1, np.int64(1), 1.0; not 1.5, not True)
+        if isinstance(v, bool) or np.ndim(v) != 0:
             return False
-        dtype = getattr(v, "dtype", None)
-        return isinstance(v, numbers.Integral) or (
-            dtype is not None and np.ndim(v) == 0 and np.issubdtype(dtype, np.integer)
-        )
+        try:
+            return float(v) == int(v)
+        except (TypeError, ValueError, OverflowError):
+            return False
 
     try:
         items = [] if isinstance(values, (str, bytes)) else list(values)  # "012" is no tuple
@@ -69,5 +67,7 @@ def check_choices(values, what: str, where: str = "") -> tuple[int, ...]:
         out = ()
     if not out or out[0] != 0 or out[-1] >= n:
         at = f"{where}: " if where else ""
-        raise PlanError(f"{at}{what} = {values!r}: expected indices in 0..{n - 1} that include 0")
+        raise PlanError(
+            f"{at}{what} = {values!r}: expected whole indices in 0..{n - 1} that include 0"
+        )
     return out

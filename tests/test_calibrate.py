@@ -275,3 +275,12 @@ def test_a_dims_key_no_model_has_is_refused_before_profiling(tiny, monkeypatch):
     monkeypatch.setattr(cal, "profile_models", never)
     with pytest.raises(OnnxImportError, match=r"dims\['sequnce'\] names no symbolic dimension"):
         cal.calibrate([tiny[0]], [{**DIMS, "sequnce": 8}], weight_streaming=False)
+
+
+def test_a_stray_key_in_one_of_several_dims_is_refused(tiny, monkeypatch):
+    def never(*a, **k):
+        raise AssertionError("profiled")
+
+    monkeypatch.setattr(cal, "profile_models", never)
+    with pytest.raises(OnnxImportError, match=r"dims\['sequnce'\]"):
+        cal.calibrate([tiny[0]], [{**DIMS, "sequnce": 8}, DIMS], weight_streaming=False)

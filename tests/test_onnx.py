@@ -543,6 +543,10 @@ def test_quantized_weight_tables_are_parameters():
     g = hjo.load_graph(m, granularity="op")
     # the int8 table at 1 byte a weight, with its float scale; the int8 zero point is no weight
     np.testing.assert_allclose(g.param_bytes, [64 * 256 + 4, 0])
+    # fused (block granularity): the dequantization folds into the weight, still 1 byte each
+    fused = hjo.import_model(m)
+    assert fused.op_types == ("MatMul",)
+    np.testing.assert_allclose(fused.graph.param_bytes, [64 * 256])
     x8 = helper.make_tensor_value_info("x", TensorProto.INT8, ["batch", 64])
     y32 = helper.make_tensor_value_info("y", TensorProto.INT32, None)
     mmi = [helper.make_node("MatMulInteger", ["x", "w8"], ["y"], name="mmi")]
@@ -557,19 +561,25 @@ def test_quantized_weight_tables_are_parameters():
     np.testing.assert_allclose(g.param_bytes, [0, 0])
 
 
-def test_batch_axis_named_n_is_divided_out_and_stray_dims_are_refused():
+def test_a_batch_axis_by_another_name_and_stray_dims():
     nodes = [helper.make_node("Relu", ["x"], ["y"], name="r")]
     m = _model(nodes, [_f("x", ["N", 64])], [_f("y", None)])
-    imp = hjo.import_model(m, {"N": 4})
+    # "N" is no implied batch (other models use it for tokens): named by batch_dim
+    assert hjo.import_model(m, {"N": 4}).batch == 1
+    imp = hjo.import_model(m, {"N": 4}, batch_dim="N")
     assert imp.batch == 4
     np.testing.assert_allclose(imp.graph.act_bytes, [2 * 4 * 64])  # per sample
-    assert hjo.import_model(m).batch == 1  # the default batch sets N too
-    assert hjo.symbolic_dims(m) == ("N", "batch")
+    assert hjo.symbolic_dims(m) == ("N",)
+    with pytest.raises(OnnxImportError, match="unresolved"):
+        hjo.import_model(m)  # the default batch does not set N
     with pytest.raises(OnnxImportError, match=r"dims\['sequnce'\] names no symbolic dimension .*"
                                               r"\['N'\]"):  # fmt: skip
-        hjo.load_graph(m, {"batch": 2, "sequnce": 8})
-    # the defaults' names may go unused: a model without a sequence axis
-    assert hjo.load_graph(m, {"batch": 2, "sequence": 8}).n_max == 1
+        hjo.load_graph(m, {"N": 2, "sequnce": 8})
+    # the defaults' names may go unused: a model without a batch or sequence axis
+    assert hjo.load_graph(m, {"N": 2, "batch": 2, "sequence": 8}).n_max == 1
+    # [batch, N, C]: N is not the batch, whatever its value
+    both = _model(nodes, [_f("x", ["batch", "N", 8])], [_f("y", None)])
+    assert hjo.import_model(both, {"batch": 2, "N": 16}).batch == 2
 
 
 def test_a_static_empty_input_dimension_is_refused():

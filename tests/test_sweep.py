@@ -123,7 +123,7 @@ BAD = [
     ({"methods": [["greedy_eft"]]}, "methods = ['greedy_eft']"),
     ({"methods": ["exact", "policy"], "policy": {"checkpoint": 3}}, "policy.checkpoint = 3"),
     ({"cosearch": {"capacity": "quality", "quality": ["a"]}}, "cosearch.quality = ['a']"),
-    ({"figures": {"heatmap": ["nope", "alpha"]}}, "no column 'nope'"),
+    ({"figures": {"heatmap": ["nope", "alpha"]}}, "'nope' is no configuration column"),
     (
         {"models": [{"base": "bert-tiny", "n_layers": [2]}, {"name": "bert-tiny", "label": "x"}]},
         "'x' is the same model as 'bert-tiny-L2'",
@@ -655,3 +655,63 @@ def test_cli_resume_starts_a_sweep_in_a_fresh_folder(tmp_path, monkeypatch, caps
         cli.main()
     assert exc.value.code in (0, None), capsys.readouterr().err
     assert (tmp_path / "new" / "results.parquet").is_file()
+
+
+def test_review_of_the_review_sweep_details(tmp_path, monkeypatch):
+    """Heatmap axes include sample_index / platform_index / batch; the policy digest covers
+    best.msgpack; an ONNX model's sequence under an alias name is reported at its value."""
+    import hashlib
+    import json
+
+    from hetjax.sweep.spec import ModelSpec, PlatformSource, SweepSpec, _digest
+
+    base = {"methods": ["exact"], "models": ["bert-tiny"], "platforms": ["edge"]}
+    spec = hj.sweep.parse({**base, "figures": {"heatmap": ["sample_index", "batch"]}})
+    assert spec.heatmap == ("sample_index", "batch")
+    with pytest.raises(hj.SpecError, match="'nope' is no configuration column"):
+        hj.sweep.parse({**base, "figures": {"heatmap": ["nope", "batch"]}})
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text("{}")
+    (run / "best.msgpack").write_bytes(b"a")
+    before = _digest(str(run))
+    (run / "best.msgpack").write_bytes(b"b")
+    assert _digest(str(run)) != before
+    # a spec built in code whose sweep.json the code before 2026-11-28 wrote (a path-based
+    # fingerprint of the spec as given, ints and all) resumes, its baselines keyed as then
+    code = SweepSpec(name="c", models=(ModelSpec("bert-tiny", "bert-tiny"),),
+                     platforms=(PlatformSource("s", "sample", "edge", n=2),),
+                     methods=("random_search",), batch_sets=((1, 4),), weights=((1, 0, 0),),
+                     shard_size=1)  # fmt: skip
+    out = tmp_path / "old"
+    hj.sweep.run(code, out, workers=1, progress=False)
+    doc = dict(__import__("dataclasses").asdict(code), shard_size=1)
+    doc.pop("heatmap")
+    old_fp = hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
+    manifest = json.loads((out / "sweep.json").read_text())
+    manifest["fingerprint"] = old_fp
+    (out / "sweep.json").write_text(json.dumps(manifest))
+    (out / "shards" / "shard-00001.parquet").unlink()
+    ids = []
+    real = sweep_run._baseline
+    monkeypatch.setattr(sweep_run, "_baseline", lambda *a: ids.append(a[6]) or real(*a))
+    hj.sweep.run(code, out, resume=True, workers=1, progress=False)
+    assert ids == [1]  # the legacy key: random_search was methods[0]
+
+
+def test_an_onnx_sequence_axis_under_an_alias_name_reports_its_value(tmp_path):
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq_len", 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="r")], "g", [x], [y])
+    path = tmp_path / "alias.onnx"
+    path.write_bytes(helper.make_model(g).SerializeToString())
+    spec = hj.sweep.parse(
+        {
+            "methods": ["greedy_eft"],
+            "platforms": ["edge"],
+            "models": [{"onnx": str(path), "dims": {"seq_len": 16}}],
+        }
+    )
+    assert sweep_run._onnx_info(spec.models[0])[1] == 16

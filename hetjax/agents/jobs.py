@@ -46,7 +46,8 @@ def train_job(config, out: Path, *, resume: bool = False, held_out: int = 256, c
         raise PlanError(f"best_of = {best_of}: sampled plans must be >= 0")
     if zero_shot is not None:
         zero_shot = check_zero_shot(config, zero_shot)
-    ppo.check_dims(config, () if zero_shot is None else zero_shot["models"])
+    if not (resume and (Path(out) / "config.json").exists()):  # (a run begun keeps its dims)
+        ppo.check_dims(config, () if zero_shot is None else zero_shot["models"])
     if baselines is not None:
         baselines = list(report.check_baselines(baselines))
     trainer = Trainer(config, out, chunk=chunk, validation=validation)

@@ -213,7 +213,7 @@ def fidelity_cmd(
         + [f"--seq {s}" for s in seqs] + [f"--fit-seq {s}" for s in fit_seqs]
         + [f"--batch {batch}"] + [f"--dim {k}={v}" for k, v in more.items()]
         + [f"--repeats {repeats}", f"--warmup {warmup}", f"--threads {threads}",
-           f"--steps {steps}", f"--lr {lr:g}", f"--e2e-weight {e2e_weight:g}"]
+           f"--steps {steps}", f"--lr {lr!r}", f"--e2e-weight {e2e_weight!r}"]
         + ([] if weight_streaming else ["--v1"])
     )  # fmt: skip
     console.print(_params_table(result.params()))

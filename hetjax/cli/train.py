@@ -243,7 +243,8 @@ def train_cmd(
     for name in zs_models:
         with checks.naming("--zero-shot-models", name):
             load_model(config, name)
-    if dims or blocks is not None:
+    begun = resume and (out / "config.json").exists()  # a run begun keeps the options it had
+    if (dims or blocks is not None) and not begun:
         from hetjax.agents.ppo import check_dims
 
         given = [f"{k}={v}" for k, v in dims.items()]

@@ -703,16 +703,17 @@ def _profile_all(models, dims_lists, *, repeats, warmup, threads, stat, log):
 
     Returns [(Imported, Profile)], the display name and the index into `models` of each.
     """
-    items, names, origin, unused = [], [], [], None
+    items, names, origin = [], [], []
+    given, known = set(), set()  # every dims key, and every key some model has
     for m, ((name, src, _), dims_list) in enumerate(zip(models, dims_lists, strict=True)):
         seen = set()
         model, label = read_model(src)
         symbols = _input_symbols(model) | set(DEFAULT_DIMS)
+        known |= symbols
         for dims in dims_list:
             # one dims list serves several models: each gets the keys it has, and a key that
             # no model has is refused below (a misspelling)
-            keys = set(dims)
-            unused = keys - symbols if unused is None else unused & (keys - symbols)
+            given |= set(dims)
             dims = {k: v for k, v in dims.items() if k in symbols}
             shapes = tuple(sorted(_resolve_inputs(model, label, dims)[0].items()))
             if shapes not in seen:  # e.g. a ViT ignores "sequence"
@@ -721,9 +722,10 @@ def _profile_all(models, dims_lists, *, repeats, warmup, threads, stat, log):
                 names.append(name)
                 origin.append(m)
         del model
+    unused = sorted(given - known)
     if unused:
         raise OnnxImportError(
-            f"dims[{sorted(unused)[0]!r}] names no symbolic dimension of any model's inputs"
+            f"dims[{unused[0]!r}] names no symbolic dimension of any model's inputs"
         )
     if log:
         log(f"profiling {len(items)} model/dims pairs round-robin: {warmup} warm-up + "

@@ -22,7 +22,7 @@ Conventions (per node, at the shapes resolved from `dims`; docs/calibration.md h
   Sizes use each tensor's real dtype; `dtype_bytes` overrides the size of floating-point
   elements (e.g. 2 to compare an fp32 export with the fp16 built-in graphs).
 - Per sample: FLOP and activation/output bytes are divided by the batch dimension's value when
-  the model has a symbolic batch dimension (named "batch" or an alias: "batch_size", "N", ...).
+  the model has a symbolic batch dimension ("batch" or "batch_size"; `batch_dim` names another).
 - Classes: Gather from a float table EMBED; MatMul/Gemm/Einsum with a constant operand and every
   Conv MATMUL, with only activation operands ATTN; softmax, norms, reductions NORM; arithmetic,
   activations, Transpose and Cast ELEMWISE; shape ops, slicing, masks (Where, comparisons, Trilu)
@@ -86,7 +86,7 @@ DEFAULT_DIMS = {"batch": 1, "sequence": 128}
 DEFAULT_P = 4
 # Symbolic dimension names the usual exporters use, mapped to the `dims` key that sets them.
 DIM_ALIASES = {
-    "batch_size": "batch", "batch": "batch", "N": "batch", "bs": "batch", "batchsize": "batch",
+    "batch_size": "batch", "batch": "batch",
     "sequence_length": "sequence", "seq_len": "sequence", "seq_length": "sequence",
     "sequence": "sequence", "seq": "sequence",
 }  # fmt: skip
@@ -365,8 +365,10 @@ def symbolic_dims(path_or_model) -> tuple[str, ...]:
     return tuple(sorted(_input_symbols(model)))
 
 
-def _resolve_inputs(model, label, dims) -> tuple[dict[str, tuple[int, ...]], dict[str, int], int]:
-    """Concrete shapes of the graph inputs from `dims`; also the dtypes and the batch value."""
+def _resolve_inputs(model, label, dims, batch_dim: str = "batch"
+                    ) -> tuple[dict[str, tuple[int, ...]], dict[str, int], int]:  # fmt: skip
+    """Concrete shapes of the graph inputs from `dims`; also the dtypes and the batch value
+    (of the symbolic dimension `batch_dim`, or of one of its aliases for "batch")."""
     init_names = {t.name for t in model.graph.initializer}
     dims = dict(dims or {})
     shapes, dtypes, missing, batch, used, symbols = {}, {}, [], None, set(), set()
@@ -405,7 +407,7 @@ def _resolve_inputs(model, label, dims) -> tuple[dict[str, tuple[int, ...]], dic
             if isinstance(val, bool) or not whole or int(val) < 1:
                 raise OnnxImportError(f"{label}: dims[{key!r}] = {val!r}: must be an int >= 1")
             shape.append(int(val))
-            if (alias or key) == "batch":
+            if key == batch_dim or (alias or key) == batch_dim:
                 batch = int(val)
         shapes[vi.name] = tuple(shape)
     # a key that names no symbolic dimension (a misspelling) would silently change nothing;
@@ -860,6 +862,7 @@ def import_model(
     side_inputs: bool = True,
     fuse: bool | None = None,
     warn: bool = True,
+    batch_dim: str = "batch",
 ) -> Imported:
     """Import an ONNX model; like `load_graph` but also returns node names, types, block labels.
 
@@ -878,7 +881,9 @@ def import_model(
     fuse = granularity == "block" if fuse is None else fuse
     dims = DEFAULT_DIMS if dims is None else dims
     g = model.graph
-    input_shapes, input_types, batch = _resolve_inputs(model, label, dims)
+    if not isinstance(batch_dim, str) or not batch_dim:
+        raise OnnxImportError(f"batch_dim = {batch_dim!r}: must be a dimension name (str)")
+    input_shapes, input_types, batch = _resolve_inputs(model, label, dims, batch_dim)
     order = _toposort(model, label)
     all_names = node_names(model)
 
@@ -922,6 +927,7 @@ def import_model(
         return math.prod(shapes.get(name, ())) * esize(name)
 
     ops: list[dict] = []
+    qsize: dict[str, float] = {}  # bytes of the integer table a dequantized weight stands for
     producer: dict[str, int] = {}
     consumers: dict[str, list[int]] = {}
     unknown: dict[str, int] = {}
@@ -957,6 +963,10 @@ def import_model(
             shapes[o], types[o] = r
         if node_ins and all(x in const for x in node_ins):
             const.update(outs)
+        if op == "DequantizeLinear" and node.input and node.input[0] in qweights:
+            qsize[outs[0]] = nbytes(node.input[0])  # an INT8 weight, whatever it dequantizes to
+        elif op in _NO_DATA | {"Transpose"} and node_ins and node_ins[0] in qsize:
+            qsize[outs[0]] = qsize[node_ins[0]]  # a layout op of one (folded with it)
         v = _eval_small(op, node, values, shapes)
         if v is not None and len(outs) == 1 and np.size(v) <= _SMALL:
             values[outs[0]] = np.asarray(v)
@@ -1045,7 +1055,7 @@ def import_model(
     for t, users in consumers.items():
         if t in init_float:
             reader = next((u for u in users if ops[u]["type"] != "Gather"), users[0])
-            params[reader] += nbytes(t)
+            params[reader] += qsize.get(t, nbytes(t))  # (a folded QDQ weight: its INT8 size)
 
     # producers of the non-constant inputs, with the bytes read from each
     reads: list[dict[int, float]] = []
@@ -1200,6 +1210,7 @@ def load_graph(
     m_max: int | None = None,
     side_inputs: bool = True,
     fuse: bool | None = None,
+    batch_dim: str = "batch",
 ) -> LayerGraph:
     """The `LayerGraph` of an ONNX model (a file path or an `onnx.ModelProto`).
 
@@ -1226,8 +1237,11 @@ def load_graph(
         broadcasts free, bias and scale epilogues fused into their GEMM, chains of elementwise
         ops and written-out norms fused into one op each. None (default): True at "block"
         granularity, False at "op" granularity (one op per ONNX node, as calibration needs).
+    batch_dim: the symbolic dimension that is the batch (its value divides FLOP and bytes into
+        per-sample quantities): "batch" (or "batch_size") by default; e.g. "N" for a model
+        whose inputs are [N, C, H, W] (a name other models use for tokens: never implied).
     Quantities are FLOP and bytes per sample. Never writes to disk.
     """
     return import_model(path_or_model, dims, granularity, blocks, p_max=p_max,
                         dtype_bytes=dtype_bytes, n_max=n_max, m_max=m_max,
-                        side_inputs=side_inputs, fuse=fuse).graph  # fmt: skip
+                        side_inputs=side_inputs, fuse=fuse, batch_dim=batch_dim).graph  # fmt: skip

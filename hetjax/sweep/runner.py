@@ -467,7 +467,7 @@ def run_shards(shared: dict, job: tuple) -> list[dict]:
     for j, name in enumerate(spec.baselines()):
         # the key follows the method's name (its place in STRATEGIES), not its place in
         # `methods`: adding a method changes no other method's rows
-        method_id = list(STRATEGIES).index(name) + 1
+        method_id = j + 1 if shared.get("legacy_keys") else list(STRATEGIES).index(name) + 1
         plans, wall = _baseline(name, graph, platforms, index, first, weights, method_id, chunk)
         sims = simulations(name, len(first.batches), d_max)
         for s in shards:
@@ -587,7 +587,14 @@ def _onnx_info(m) -> tuple[float, int | None]:
     dims.update(dict(m.dims))
     g = hj.onnx.load_graph(m.source, dims, blocks=m.blocks, dtype_bytes=1)
     params = float(np.asarray(g.param_bytes, np.float64)[np.asarray(g.op_mask)].sum())
-    has_seq = {"sequence"} & set(hj.onnx.symbolic_dims(m.source))
+    from hetjax.onnx.importer import DIM_ALIASES
+
+    # the value the import gave its sequence axis: its own name's, else the "sequence" key's
+    names = [k for k in hj.onnx.symbolic_dims(m.source)
+             if k != "sequence" and DIM_ALIASES.get(k) == "sequence"]  # fmt: skip
+    if names:
+        return params, dims.get(names[0], dims["sequence"])
+    has_seq = "sequence" in hj.onnx.symbolic_dims(m.source)
     return params, (dims["sequence"] if has_seq else None)
 
 
@@ -621,7 +628,7 @@ def prepare(spec: SweepSpec, out: str | Path, *, resume: bool = False,
     import hetjax as hj
     from hetjax.sweep.spec import check
 
-    spec = check(spec)
+    given, spec = spec, check(spec)
     out = Path(out)
     manifest_path = out / "sweep.json"
     old = None
@@ -641,7 +648,8 @@ def prepare(spec: SweepSpec, out: str | Path, *, resume: bool = False,
         if not resume:
             raise SpecError(f"--out {str(out)!r}: holds a sweep already; pass --resume to go on "
                             "or choose another folder")  # fmt: skip
-        if old.get("fingerprint") not in (fp, spec.legacy_fingerprint(size)):
+        legacy = old.get("fingerprint") == given.legacy_fingerprint(size) != fp
+        if old.get("fingerprint") != fp and not legacy:
             raise SpecError(f"--resume {str(out)!r}: the folder holds a different sweep (another "
                             "spec or shard size)")  # fmt: skip
     graphs = {}
@@ -670,11 +678,16 @@ def prepare(spec: SweepSpec, out: str | Path, *, resume: bool = False,
     if "policy" in spec.methods:  # its device slots, before any shard runs
         _policy_slots(spec.policy.checkpoint, per_seed[spec.seeds[0]][0].d_max)
     n = len(per_seed[spec.seeds[0]][1])
+    # a sweep begun before 2026-11-28 keys its baselines by their place in `methods`
+    legacy_keys = old is not None and old.get("fingerprint") != fp
     shared = {"spec": spec, "graphs": graphs, "d_max": d_max, "chunk": chunk_size(n),
+              "legacy_keys": legacy_keys,
               "model_info": _model_info(spec, graphs)}  # fmt: skip
     for seed in spec.seeds:  # every method's score is relative to the reference plan
         _check_reference_fits(spec, graphs, *per_seed[seed], shared["chunk"])
     shards = shards_of(spec, n, size)
+    if legacy_keys:
+        fp = old["fingerprint"]  # a resumed legacy sweep keeps its own
     manifest = {"name": spec.name, "fingerprint": fp, "shard_size": size, "shards": len(shards),
                 "platforms": n, "spec": dataclasses.asdict(spec)}  # fmt: skip
     return shared, per_seed, shards, manifest
@@ -726,9 +739,7 @@ def run(
     import pyarrow as pa
 
     from hetjax.exact import default_workers
-    from hetjax.sweep.spec import check
 
-    spec = check(spec)
     out = Path(out)
     if workers is None:
         workers = default_workers()
@@ -736,6 +747,7 @@ def run(
         raise SpecError(f"workers = {workers!r}: must be a whole number >= 1")
     workers = int(workers)
     shared, per_seed, shards, manifest = prepare(spec, out, resume=resume, shard_size=shard_size)
+    spec = shared["spec"]  # checked (`hj.sweep.check`)
     todo = [s for s in shards if not (resume and _read_shard(out, s.index) is not None)]
 
     # the shards that differ only in their weights run together (`run_shards`)

@@ -47,8 +47,8 @@ OVERRIDE_FIELDS = (
 METHODS = ("baselines", "exact", "pareto", "policy")
 # Configuration columns of the results table a heatmap can use as an axis (besides the
 # overrides' columns): numbers, or the model / platform labels as categories
-HEATMAP_COLUMNS = ("model", "platform", "seed", "alpha", "beta", "gamma", "params", "flops",
-                   *GRID_FIELDS)  # fmt: skip
+HEATMAP_COLUMNS = ("model", "platform", "platform_index", "sample_index", "seed", "batches",
+                   "batch", "alpha", "beta", "gamma", "params", "flops", *GRID_FIELDS)  # fmt: skip
 _TOP_KEYS = {"name", "seeds", "batches", "weights", "methods", "shard_size", "models",
              "platforms", "overrides", "policy", "cosearch", "figures"}  # fmt: skip
 
@@ -191,14 +191,13 @@ class SweepSpec:
 
 def _digest(path: str) -> str:
     """sha256 of a file's bytes, or of a training run's policy files (config.json and the
-    checkpoint), in order; "missing" for a file that is not there (any later run differs)."""
+    checkpoints, best.msgpack included), in order; "missing" for a file that is not there
+    (any later run differs)."""
     p = Path(path)
     files = (
         [p]
         if not p.is_dir()
-        else sorted(
-            f for f in p.iterdir() if f.name == "config.json" or f.name.startswith("checkpoint")
-        )
+        else sorted(f for f in p.iterdir() if f.name == "config.json" or f.suffix == ".msgpack")
     )
     h = hashlib.sha256()
     for f in files:
@@ -555,7 +554,8 @@ def parse(doc: dict, base_dir: str | os.PathLike = ".") -> SweepSpec:
             known = [*HEATMAP_COLUMNS, *(o.column for o in _overrides(doc))]
             for c in heat:
                 if c not in known:
-                    raise _err("figures.heatmap", h, f"no column {c!r}; use {', '.join(known)}")
+                    raise _err("figures.heatmap", h, f"{c!r} is no configuration column of the "
+                               f"table; use {', '.join(known)}")  # fmt: skip
     name = doc.get("name", "sweep")
     if not isinstance(name, str) or not name:
         raise _err("name", name, "must be a non-empty string")
