@@ -163,6 +163,20 @@ def config(name_or_config: str | TransformerConfig) -> TransformerConfig:
         ) from None
 
 
+def _index(value, names: tuple[str, ...], what: str) -> int:
+    """An index into `names` given as an int or a name (any case); else a one-line GraphError."""
+    if isinstance(value, str) and value.upper() in names:
+        return names.index(value.upper())
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        value_ok = False
+    else:
+        value_ok = 0 <= value < len(names)
+    if not value_ok:
+        raise GraphError(f"{what} = {value!r}: use 0..{len(names) - 1} or one of "
+                         f"{', '.join(names)}")  # fmt: skip
+    return int(value)
+
+
 class GraphBuilder:
     """Append ops in topological order, grouped into blocks; `build()` returns a LayerGraph.
 
@@ -176,14 +190,8 @@ class GraphBuilder:
 
     def begin_block(self, kind: int, name: str = "") -> None:
         """Open a block of SPEC kind `kind` (0..3 or a name in `BLOCK_KINDS`) named `name`."""
-        if isinstance(kind, str) and kind.upper() in BLOCK_KINDS:
-            kind = BLOCK_KINDS.index(kind.upper())
-        if isinstance(kind, bool) or not isinstance(kind, numbers.Integral) or not 0 <= kind <= 3:
-            raise GraphError(
-                f"GraphBuilder.begin_block {name!r}: kind = {kind!r}: use 0..3 or one of "
-                f"{', '.join(BLOCK_KINDS)}"
-            )
-        self.block_kinds.append(kind)
+        self.block_kinds.append(_index(kind, BLOCK_KINDS, f"GraphBuilder.begin_block {name!r}: "
+                                       "kind"))  # fmt: skip
         self.block_names.append(name)
 
     def op(self, name, cls, flops, act_bytes, out_bytes, param_bytes=0.0, preds=()) -> int:
@@ -191,13 +199,7 @@ class GraphBuilder:
         block: FLOP, activation / output / parameter bytes per sample, predecessor op indices."""
         if not self.block_kinds:
             raise GraphError("GraphBuilder.op: call begin_block first")
-        if isinstance(cls, str) and cls.upper() in OP_CLASSES:
-            cls = OP_CLASSES.index(cls.upper())
-        if isinstance(cls, bool) or not isinstance(cls, numbers.Integral) or not 0 <= cls <= 5:
-            raise GraphError(
-                f"GraphBuilder.op {name!r}: cls = {cls!r}: use 0..5 or one of "
-                f"{', '.join(OP_CLASSES)}"
-            )
+        cls = _index(cls, OP_CLASSES, f"GraphBuilder.op {name!r}: cls")
         self.ops.append(
             dict(
                 name=name, cls=cls, flops=float(flops), act=float(act_bytes),
