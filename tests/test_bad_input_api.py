@@ -217,6 +217,11 @@ CASES = [
      hj.PlanError, ("batch = nan",)),
     ("bound-batches-2d", lambda: hj.bounds.bound(_graph(), _platform(), [[1, 2]]), hj.PlanError,
      ("batches = [[1, 2]]",)),
+    ("evaluate-list-fmt-loss", lambda: _evaluate(graph=_graph().replace(
+        fmt_loss=[[0.0, 0.1, 0.2]] * _graph().m_max))(), hj.GraphError,
+     ("graph.fmt_loss", "a list")),
+    ("quality-loss-bool", lambda: hj.graphs.quality.QualityLoss(True, 1.0, 0.1, 1.0),
+     hj.GraphError, ("QualityLoss.int8 = True",)),
     ("sample-int-key", lambda: hj.hardware.sample(0, 2), hj.PlatformError,
      ("key = 0", "PRNG key")),
     ("builder-op-class-name", lambda: _builder().op("a", "MATMULX", 1, 1, 1), hj.GraphError,
@@ -357,3 +362,8 @@ def test_evaluate_still_traces_with_abstract_inputs():
     np.testing.assert_allclose(float(lat), float(_metrics().latency), rtol=1e-6)
     s = jax.jit(hj.score)(_metrics(), _metrics(), jnp.asarray((0.6, 0.3, 0.1)))
     np.testing.assert_allclose(float(s), 0.8, rtol=1e-6)
+
+
+def test_quality_loss_takes_numpy_numbers():
+    q = hj.graphs.quality.QualityLoss(np.float32(0.5), np.int64(1), 0.1, 1.0)
+    assert (q.int8, q.int4) == (0.5, 1.0) and isinstance(q.int8, float)

@@ -46,7 +46,7 @@ def sensitivity(
         dims = {**DEFAULT_DIMS, **(dims or {})}
         result = measure.sensitivity(path, dims, blocks=blocks, samples=samples, seed=seed)
     table = Table(title=f"{model}: relative output error with one block in INT8 ({samples} inputs)")
-    for col in ("block", "name", "INT8 nodes", "error", "share"):
+    for col in ("block", "name", "INT8 nodes", "error", "share of error"):
         table.add_column(col, justify="left" if col == "name" else "right")
     total = float(result.error.sum())
     for j, (name, nodes, err) in enumerate(
@@ -59,7 +59,9 @@ def sensitivity(
     console.print(table)
     console.print(
         "A proxy: relative error of the model's first output on random inputs, not a task "
-        "metric. Sensitivity.fmt_loss(graph, points) spreads a whole-model INT8 loss by it."
+        "metric. Sensitivity.fmt_loss(graph, points) spreads a whole-model INT8 loss by it "
+        "over the measured blocks; a block with weights but no INT8 node (0 above) keeps its "
+        "weight share of the points."
     )
     if out is not None:
         console.print(f"wrote {write_json(out, result.to_json())}")

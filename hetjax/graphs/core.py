@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import jax
@@ -162,6 +163,11 @@ def validate(graph: LayerGraph, name: str = "graph") -> LayerGraph:
     """
     if not isinstance(graph, LayerGraph):
         raise GraphError(f"{name}: expected a hetjax LayerGraph, got {type(graph).__name__}")
+    for f in dataclasses.fields(graph):  # (a list set by `replace` would trace leaf by leaf)
+        v = getattr(graph, f.name)
+        if v is not None and not hasattr(v, "shape"):
+            raise GraphError(f"{name}.{f.name}: a {type(v).__name__}; give an array "
+                             f"(jnp.asarray(...))")  # fmt: skip
     a = _host(graph)
     batch = a["op_class"].shape[:-1]
     if a["op_class"].ndim < 1:

@@ -18,6 +18,7 @@ totals); `hetjax sensitivity MODEL.onnx` measures per-block INT8 errors of a tra
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 import jax.numpy as jnp
@@ -42,8 +43,10 @@ class QualityLoss:
     def __post_init__(self):
         for f in ("int8", "int4", "code8", "code4"):
             v = getattr(self, f)
-            if not (isinstance(v, int | float) and np.isfinite(v) and v >= 0):
+            ok = isinstance(v, numbers.Real) and not isinstance(v, bool)  # numpy numbers too
+            if not (ok and np.isfinite(v) and v >= 0):
                 raise GraphError(f"QualityLoss.{f} = {v!r}: must be a finite number >= 0 (points)")
+            object.__setattr__(self, f, float(v))
 
 
 # Whole-model losses by architecture family (docs/quality.md has the sources in full). Formats:

@@ -3,8 +3,9 @@
 Cost model 2.0 charges each block a quality loss for its numeric format (`LayerGraph.fmt_loss`,
 points of the model's task metric). The built-in models spread published whole-model losses
 over their blocks by weight share (`hetjax.graphs.quality`). For a user's own trained model,
-`sensitivity` measures instead how much each block's MatMul nodes (and Conv, Attention: what
-ONNX Runtime's dynamic quantization handles; a Gemm stays float32) perturb the model's output
+`sensitivity` measures instead how much each block's MatMul nodes (and Conv, Attention, an
+embedding table's Gather: what ONNX Runtime's dynamic quantization replaces; a Gemm and a
+MatMul of two activations stay float32, and count as unmeasured) perturb the model's output
 when only they run in INT8 (ONNX Runtime's `quantize_dynamic`: INT8 weights, activations
 quantized per tensor at run time, which is W8A8), everything else in float32:
 
@@ -44,9 +45,10 @@ from hetjax.onnx.importer import DEFAULT_DIMS, _resolve_inputs, import_model, no
 
 __all__ = ["Sensitivity", "sensitivity", "QUANTIZED_OPS"]
 
-# the nodes of a block that run in INT8: those ONNX Runtime's dynamic quantization handles
-# (a Gemm stays float32 there, so a block of Gemms only measures 0)
-QUANTIZED_OPS = ("MatMul", "Conv", "Attention")
+# the nodes of a block offered to ONNX Runtime's dynamic quantization (an embedding's Gather of
+# its table included); a node counts as quantized only where ONNX Runtime replaced it (a
+# MatMul of two activations, a Gemm stay float32 in that mode)
+QUANTIZED_OPS = ("MatMul", "Conv", "Attention", "Gather")
 
 
 @dataclass(frozen=True)
@@ -55,7 +57,7 @@ class Sensitivity:
 
     source: str  # file path or "<ModelProto name>"
     block_names: tuple[str, ...]  # label of each block (the importer's)
-    nodes: tuple[tuple[str, ...], ...]  # nodes quantized for each block (`QUANTIZED_OPS`)
+    nodes: tuple[tuple[str, ...], ...]  # nodes ONNX Runtime quantized in each block
     error: np.ndarray = field(repr=False)  # f64[M] relative output error, block j in INT8 (0: none)
     whole: float = 0.0  # relative output error with every block in INT8
     samples: int = 4
@@ -68,9 +70,9 @@ class Sensitivity:
         number the user brings).
 
         The spread: a block whose INT8 weights the cost model counts (MATMUL and EMBED ops)
-        but in which the measurement quantized nothing (an embedding's Gather, a Gemm head:
-        ONNX Runtime's dynamic mode leaves them float32, so their error is 0 by construction,
-        not by robustness) keeps the weight-share rule, its share of those ops' weight bytes;
+        but in which the measurement quantized nothing (a Gemm head: ONNX Runtime's dynamic
+        mode leaves it float32, so its error is 0 by construction, not by robustness) keeps
+        the weight-share rule, its share of those ops' weight bytes;
         the measured blocks share the rest of the points in proportion to their errors (all of
         it when every weighted block was measured)."""
         if not isinstance(graph, LayerGraph) or graph.batch_shape:
@@ -196,6 +198,7 @@ def sensitivity(
     for node, name in zip(model.graph.node, names, strict=True):
         node.name = name  # unnamed nodes get the importer's names, so they can be selected
     op_type = {name: node.op_type for node, name in zip(model.graph.node, names, strict=True)}
+    inputs = {name: tuple(node.input) for node, name in zip(model.graph.node, names, strict=True)}
     block = np.asarray(imp.graph.block)
     real = np.asarray(imp.graph.op_mask, bool)
     m = int(np.asarray(imp.graph.block_mask).sum())
@@ -210,9 +213,11 @@ def sensitivity(
     ref = _outputs(_session(model), feeds)
     norm = float(np.linalg.norm(ref))
 
-    def error(nodes) -> float:
+    def error(nodes) -> tuple[float, tuple[str, ...]]:
+        """(relative output error, the nodes ONNX Runtime actually quantized) with `nodes`
+        offered to it: a node it left as it was (two activations) is no measurement."""
         if not nodes:
-            return 0.0
+            return 0.0, ()
         with tempfile.TemporaryDirectory(prefix="hetjax-sensitivity-") as tmp:
             out = os.path.join(tmp, "int8.onnx")
             root = logging.getLogger()
@@ -222,13 +227,20 @@ def sensitivity(
                                  weight_type=QuantType.QInt8)  # fmt: skip
             finally:
                 root.level = level
+            after = onnx.load(out, load_external_data=False).graph.node
+            kept = {(n.name, n.op_type, tuple(n.input)) for n in after}  # untouched nodes
+            done = tuple(n for n in nodes if (n, op_type[n], inputs[n]) not in kept)
+            if not done:
+                return 0.0, ()
             diff = _outputs(_session(out), feeds) - ref
-        return float(np.linalg.norm(diff) / norm) if norm > 0 else float(np.linalg.norm(diff))
+        err = float(np.linalg.norm(diff) / norm) if norm > 0 else float(np.linalg.norm(diff))
+        return err, done
 
-    errors = np.asarray([error(nodes) for nodes in per_block], np.float64)
-    whole = error([n for nodes in per_block for n in nodes])
+    measured = [error(nodes) for nodes in per_block]
+    errors = np.asarray([e for e, _ in measured], np.float64)
+    whole, _ = error([n for _, done in measured for n in done])
     return Sensitivity(
         source=label, block_names=tuple(imp.block_names[:m]),
-        nodes=tuple(tuple(n) for n in per_block), error=errors, whole=whole,
+        nodes=tuple(done for _, done in measured), error=errors, whole=whole,
         samples=samples, seed=seed,
     )  # fmt: skip
