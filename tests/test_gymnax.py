@@ -202,3 +202,47 @@ def test_dm_env_wrapper_episode(params):
     assert float(ts.reward) > 0.0 and ts.final_observation.shape == (FLAT.num_flat_features,)
     # after the auto-reset the observation is a fresh episode's batch step
     assert float(ts.observation[FLAT.feature_layout["phase"]][0]) == 1.0
+
+
+# --- the sixth review (2026-11-28) ------------------------------------------------------------
+
+
+def test_reset_and_step_without_params_on_a_fresh_env():
+    """gymnax: params=None means default_params, also when first asked inside the jitted
+    reset or step (it was built from traced arrays there and crashed)."""
+    obs, state = hj.env.PlacementEnv().reset(jax.random.key(0))
+    assert obs.features.ndim == 1 and obs.action_mask.any()
+    out = hj.env.PlacementEnv().step(jax.random.key(1), state, 0)  # gymnax 1.0's tuple
+    assert out[2].shape == () and out[3].dtype == jnp.bool_  # reward, terminated
+
+
+def test_default_params_fit_small_environments():
+    g = hj.graphs.transformer("bert-tiny", seq_len=64)
+    four = hj.env.PlacementEnv.sized_for([g], [hj.hardware.preset("edge")], num_batches=4)
+    np.testing.assert_array_equal(np.asarray(four.default_params.batches), [1, 2, 4, 8])
+    one = hj.env.PlacementEnv(d_max=1, n_max=g.n_max, m_max=g.m_max, p_max=g.p_max)
+    params = one.default_params  # edge's GPU alone
+    assert params.legal.shape[-1] == 1
+    obs, state = one.reset(jax.random.key(0), params)
+    assert obs.action_mask.shape == (one.num_actions,)
+    with pytest.raises(NotImplementedError, match="observation_space"):
+        one.state_space(params)
+
+
+@pytest.mark.parametrize(("kw", "words"), [
+    ({"penalty": "x"}, "penalty = 'x': must be a number"),
+    ({"penalty": None}, "penalty = None"),
+    ({"discount": [0.5, 0.5]}, "discount = [0.5, 0.5]"),
+    ({"quality_budget": "x"}, "quality_budget = 'x'"),
+    ({"penalty": 1e39}, "penalty = 1e+39 is out of range"),
+    ({"shaping": 1e39}, "shaping = 1e+39 is out of range"),
+    ({"weights": "abc"}, "weights = 'abc'"),
+    ({"weights": None}, "weights = None"),
+    ({"batches": "1"}, "batches = '1'"),
+])  # fmt: skip
+def test_make_params_refuses_what_is_no_number_or_overflows_float32(kw, words):
+    g = hj.graphs.transformer("bert-tiny", seq_len=64)
+    env = hj.env.PlacementEnv.sized_for([g])
+    with pytest.raises(hj.PlanError) as err:
+        env.make_params(g, hj.hardware.preset("edge"), **kw)
+    assert words in str(err.value)

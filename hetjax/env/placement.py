@@ -16,6 +16,7 @@ step are reduced (a custom batching rule), not all of them.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Sequence
@@ -455,6 +456,9 @@ class PlacementEnv(Environment):
         cls, graphs: Sequence[LayerGraph], platforms: Sequence[Platform] = (), **kwargs
     ) -> PlacementEnv:
         """The smallest environment that fits these graphs and platforms (host side)."""
+        if isinstance(graphs, LayerGraph) or isinstance(platforms, Platform):
+            raise PlanError("sized_for: give lists, e.g. PlacementEnv.sized_for([graph], "
+                            "[platform])")  # fmt: skip
         graphs, platforms = list(graphs), list(platforms)
         if not graphs:
             raise GraphError("PlacementEnv.sized_for: give at least one graph")
@@ -536,18 +540,32 @@ class PlacementEnv(Environment):
     @functools.cached_property
     def default_params(self) -> EnvParams:
         """bert-base (seq_len 128, block granularity) on the `edge` preset, default objective;
-        on an environment too small for bert-base, bert-tiny (seq_len 64) on `edge` (gymnax's
-        wrappers ask every environment for its default params)."""
+        on an environment too small for bert-base, bert-tiny (seq_len 64); with fewer device
+        slots than `edge` has, its first devices; with fewer batch choices, the first of
+        `DEFAULT_BATCHES` (gymnax's wrappers, and `reset` / `step` without params, ask every
+        environment for its default params)."""
         from hetjax.graphs import transformer
         from hetjax.hardware import preset
 
-        base = transformer("bert-base")
-        dims = zip(_graph_dims(base), _graph_dims_of(self), strict=True)
-        fits = all(g <= e for g, e in dims)
-        fits = fits and _max_block_len(base) <= self.l_max
-        graph = base if fits else transformer("bert-tiny", seq_len=64)
         with jax.ensure_compile_time_eval():  # concrete even when first asked inside a trace
-            return self.make_params(graph, preset("edge"))
+            base = transformer("bert-base")
+            dims = zip(_graph_dims(base), _graph_dims_of(self), strict=True)
+            fits = all(g <= e for g, e in dims)
+            fits = fits and _max_block_len(base) <= self.l_max
+            graph = base if fits else transformer("bert-tiny", seq_len=64)
+            platform = preset("edge")
+            if self.d_max < platform.d_max:  # e.g. d_max = 1: the GPU alone
+                platform = _first_devices(platform, self.d_max)
+            batches = DEFAULT_BATCHES[: self.num_batches]
+            return self.make_params(graph, platform, batches=batches)
+
+    def state_space(self, params: EnvParams | None = None):
+        """Not defined: the state is the simulator's scratch (schedules, busy times), not an
+        observation; use `observation_space`."""
+        raise NotImplementedError(
+            "PlacementEnv.state_space: the state is the simulator's scratch, not a space; "
+            "use observation_space(params)"
+        )
 
     # -- params (host checks + pure build) -----------------------------------------------------
 
@@ -636,8 +654,17 @@ class PlacementEnv(Environment):
                    "delta": delta, "quality_budget": quality_budget}  # fmt: skip
         for name, v in scalars.items():
             if not _is_traced(v):
-                v = float(np.asarray(v))
+                given = v
+                try:  # a real number (no string, None, bool or array), finite in float32
+                    if isinstance(v, (bool, str, bytes)) or np.ndim(v) != 0:
+                        raise TypeError
+                    v = float(np.asarray(v))
+                    with np.errstate(over="ignore"):
+                        f32 = float(np.float32(v))
+                except (TypeError, ValueError):
+                    raise PlanError(f"make_params: {name} = {given!r}: must be a number") from None
                 bad = not math.isfinite(v) or (name == "b_ref" and v < 1)
+                bad |= math.isfinite(v) and not math.isfinite(f32)  # inf in the env's float32
                 bad |= name == "discount" and not 0.0 <= v <= 1.0
                 if name == "quality_budget":
                     bad = math.isnan(v) or v < 0
@@ -662,6 +689,8 @@ class PlacementEnv(Environment):
             pad = self.num_batches - b.shape[0]
             real = jnp.arange(self.num_batches) < b.shape[0]
             return jnp.concatenate([b, jnp.ones((pad,), b.dtype)]), real
+        if isinstance(batches, (str, bytes)):
+            raise PlanError(f"batches = {batches!r}: give numbers, e.g. (1, 2, 4)")
         b = np.atleast_1d(np.asarray(batches, np.float64))
         if b.ndim != 1 or not 1 <= b.shape[0] <= self.num_batches:
             raise PlanError(
@@ -1311,12 +1340,34 @@ def _check_shapes(name, tree, want, dims) -> None:
 
 
 def _check_weights(weights) -> jax.Array:
+    if not _is_traced(weights):
+        try:
+            if isinstance(weights, (str, bytes)):
+                raise TypeError
+            host = np.asarray(weights, np.float64)
+            if host.shape != (3,):
+                raise ValueError
+        except (TypeError, ValueError):
+            raise PlanError(f"weights = {weights!r}: expected (alpha, beta, gamma)") from None
+        with np.errstate(over="ignore"):
+            host32 = host.astype(np.float32)
+        if not np.all(np.isfinite(host32)):
+            raise PlanError(f"weights = {host.tolist()}: must be finite (in float32)")
     w = jnp.asarray(weights, jnp.float32)
     if w.shape != (3,):
         raise PlanError(f"weights: expected (alpha, beta, gamma), got shape {w.shape}")
     if not _is_traced(weights) and not np.all(np.isfinite(np.asarray(weights, np.float32))):
         raise PlanError(f"weights = {np.asarray(weights).tolist()}: must be finite")
     return w
+
+
+def _first_devices(platform: Platform, k: int) -> Platform:
+    """The platform's first `k` devices (and the links among them)."""
+    sliced = {}
+    for f in dataclasses.fields(platform):
+        x = getattr(platform, f.name)
+        sliced[f.name] = x[:k, :k] if f.name.startswith("link_") else x[:k]
+    return platform.replace(**sliced)
 
 
 def _check_reference_fits(graph: LayerGraph, platform: Platform, b_ref: float) -> None:
