@@ -22,6 +22,7 @@ __all__ = [
     "check_quality",
     "check_graph_and_platform",
     "check_reference_fits",
+    "reference_bytes",
 ]
 
 
@@ -107,9 +108,7 @@ def check_reference_fits(where: str, graph, platform, b_ref: float = 1.0) -> Non
     concrete (untraced) single inputs."""
     if traced((graph, platform)) or graph.batch_shape or platform.batch_shape:
         return
-    real = np.asarray(graph.op_mask)
-    need = float(np.asarray(graph.param_bytes, np.float64)[real].sum() + b_ref * np.asarray(
-        graph.act_bytes, np.float64)[real].max(initial=0.0))  # fmt: skip
+    need = reference_bytes(graph, b_ref)
     cap = float(np.asarray(platform.mem_capacity)[0])
     if need > cap:
         raise PlatformError(
@@ -117,3 +116,11 @@ def check_reference_fits(where: str, graph, platform, b_ref: float = 1.0) -> Non
             f"op on device 0 at batch {b_ref:g}) needs {need:.6g} bytes, and every score is "
             "relative to it"
         )
+
+
+def reference_bytes(graph, b_ref: float = 1.0) -> float:
+    """Bytes the reference plan needs on device 0 (host side, one concrete graph): every
+    weight plus `b_ref` samples of the largest activation."""
+    real = np.asarray(graph.op_mask)
+    return float(np.asarray(graph.param_bytes, np.float64)[real].sum() + b_ref * np.asarray(
+        graph.act_bytes, np.float64)[real].max(initial=0.0))  # fmt: skip

@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from hetjax._validation import reference_bytes
 from hetjax.cost import (
     DEFAULT_WEIGHTS,
     Metrics,
@@ -1372,10 +1373,7 @@ def _first_devices(platform: Platform, k: int) -> Platform:
 
 def _check_reference_fits(graph: LayerGraph, platform: Platform, b_ref: float) -> None:
     """SPEC: where a graph meets a platform, the reference plan must fit device 0's memory."""
-    real = np.asarray(graph.op_mask)
-    need = np.asarray(graph.param_bytes, np.float64)[real].sum() + b_ref * np.asarray(
-        graph.act_bytes, np.float64
-    )[real].max(initial=0.0)
+    need = reference_bytes(graph, b_ref)
     cap = float(np.asarray(platform.mem_capacity)[0])
     if need > cap:
         raise PlanError(

@@ -371,7 +371,7 @@ def _resolve_inputs(model, label, dims, batch_dim: str = "batch"
     (of the symbolic dimension `batch_dim`, or of one of its aliases for "batch")."""
     init_names = {t.name for t in model.graph.initializer}
     dims = dict(dims or {})
-    shapes, dtypes, missing, batch, used, symbols = {}, {}, [], None, set(), set()
+    shapes, dtypes, missing, batch = {}, {}, [], None
     for vi in model.graph.input:
         if vi.name in init_names:
             continue
@@ -394,8 +394,6 @@ def _resolve_inputs(model, label, dims, batch_dim: str = "batch"
                 continue  # (a negative size, invalid ONNX, is taken as an unnamed symbol)
             key = d.dim_param if d.HasField("dim_param") and d.dim_param else f"{vi.name}[{axis}]"
             alias = DIM_ALIASES.get(key)
-            used.update((key, alias) if alias else (key,))
-            symbols.add(key)
             val = dims.get(key, dims.get(alias) if alias else None)
             if val is None:
                 missing.append(key)
@@ -407,17 +405,18 @@ def _resolve_inputs(model, label, dims, batch_dim: str = "batch"
             if isinstance(val, bool) or not whole or int(val) < 1:
                 raise OnnxImportError(f"{label}: dims[{key!r}] = {val!r}: must be an int >= 1")
             shape.append(int(val))
-            if key == batch_dim or (alias or key) == batch_dim:
+            if batch_dim in (key, alias):
                 batch = int(val)
         shapes[vi.name] = tuple(shape)
     # a key that names no symbolic dimension (a misspelling) would silently change nothing;
     # the defaults' names and their aliases may go unused (a model with no sequence axis)
+    used = _input_symbols(model)
     lenient = set(DEFAULT_DIMS) | {k for k, v in DIM_ALIASES.items() if v in DEFAULT_DIMS}
     stray = sorted(str(k) for k in dims if k not in used and k not in lenient)
     if stray:
         raise OnnxImportError(
             f"{label}: dims[{stray[0]!r}] names no symbolic dimension of the graph inputs "
-            f"(they are: {sorted(symbols) or 'none'})"
+            f"(they are: {sorted(used) or 'none'})"
         )
     if missing:
         names = sorted(set(missing))

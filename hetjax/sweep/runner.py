@@ -382,6 +382,7 @@ def _policy_slots(checkpoint: str, d_max: int) -> int:
     return pd
 
 
+@functools.cache
 def _policy(checkpoint: str, model: str, seq_len: int, d_max: int):
     import dataclasses as dc
 
@@ -439,7 +440,7 @@ def run_shards(shared: dict, job: tuple) -> list[dict]:
     """`run_shard` for shards that differ only in their weights (same seed, batch set, model
     and platforms), in one go: every baseline runs once over all the sweep's weight settings.
     `job`: (tuple of Shards, platforms as host arrays) -> the columns of each shard."""
-    from hetjax.baselines import simulations
+    from hetjax.baselines import STRATEGIES, simulations
 
     spec: SweepSpec = shared["spec"]
     shards, platforms = job
@@ -462,8 +463,6 @@ def run_shards(shared: dict, job: tuple) -> list[dict]:
             opt_score[s.index] = np.where(cols["feasible"], cols["score"], np.nan)
             blocks[s.index].append((0, cols))
     weights = list(spec.weights)  # always all of them: the same program whatever the shards
-    from hetjax.baselines import STRATEGIES
-
     for j, name in enumerate(spec.baselines()):
         # the key follows the method's name (its place in STRATEGIES), not its place in
         # `methods`: adding a method changes no other method's rows
@@ -589,13 +588,12 @@ def _onnx_info(m) -> tuple[float, int | None]:
     params = float(np.asarray(g.param_bytes, np.float64)[np.asarray(g.op_mask)].sum())
     from hetjax.onnx.importer import DIM_ALIASES
 
+    syms = hj.onnx.symbolic_dims(m.source)  # (an alias's canonical name included)
+    if "sequence" not in syms:
+        return params, None
     # the value the import gave its sequence axis: its own name's, else the "sequence" key's
-    names = [k for k in hj.onnx.symbolic_dims(m.source)
-             if k != "sequence" and DIM_ALIASES.get(k) == "sequence"]  # fmt: skip
-    if names:
-        return params, dims.get(names[0], dims["sequence"])
-    has_seq = "sequence" in hj.onnx.symbolic_dims(m.source)
-    return params, (dims["sequence"] if has_seq else None)
+    own = next((k for k in syms if k != "sequence" and DIM_ALIASES.get(k) == "sequence"), None)
+    return params, dims.get(own, dims["sequence"])
 
 
 def _shard_path(out: Path, i: int) -> Path:

@@ -630,6 +630,7 @@ def check(spec: SweepSpec) -> SweepSpec:
             raise _err(f"platforms[{i}].kind", p.kind, "use preset, file or sample")
         _str(f"platforms[{i}].name", p.name)
         _int(f"platforms[{i}].n", p.n, 1)
+    checked = []
     for i, o in enumerate(overrides):
         if o.field not in OVERRIDE_FIELDS:
             raise _err(f"overrides[{i}].field", o.field, f"use one of {', '.join(OVERRIDE_FIELDS)}")
@@ -637,7 +638,8 @@ def check(spec: SweepSpec) -> SweepSpec:
             raise _err(f"overrides[{i}].mode", o.mode, "use set or scale")
         values = tuple(_num(f"overrides[{i}].values", v) for v in _list(
             f"overrides[{i}].values", list(o.values), allow_scalar=False))  # fmt: skip
-        overrides = (*overrides[:i], dataclasses.replace(o, values=values), *overrides[i + 1 :])
+        checked.append(dataclasses.replace(o, values=values))
+    overrides = tuple(checked)
     for where, group in (("models", [m.label for m in models]),
                          ("platforms", [p.label for p in platforms])):  # fmt: skip
         dup = sorted({x for x in group if group.count(x) > 1})
