@@ -24,6 +24,7 @@ import contextlib
 import os
 import platform as host
 import re
+import sys
 import time
 from pathlib import Path
 from unittest import mock
@@ -133,6 +134,19 @@ def formats_rows(model: str, budget: float, repeat: int, presets=PRESETS,
     return rows
 
 
+def _formats_table(rows: list[dict]) -> None:
+    """The formats rows as a table: warm seconds, the ratio to FP16-only (the issue's target:
+    10 or less) and, where measured, the unsnapped tables' seconds."""
+    head = ["preset", "states", "FP16 s", "formats + codes s", "ratio", "unsnapped s",
+            "score FP16 -> formats", "peak labels"]  # fmt: skip
+    print("\n| " + " | ".join(head) + " |\n|" + "---|" * len(head))
+    for r in rows:
+        uns = f"{r['formats_unsnapped_s']:.2f}" if "formats_unsnapped_s" in r else "-"
+        print(f"| {r['preset']} | {r['states']} | {r['fp16_s']:.3f} | {r['formats_s']:.2f} | "
+              f"{r['ratio']:.0f} | {uns} | {r['score_fp16']:.4f} -> {r['score_formats']:.4f} | "
+              f"{r['peak_labels']} |")  # fmt: skip
+
+
 def _peak_labels(stats: dict) -> int:
     """The most labels any block of any searched batch kept."""
     counts = [max(v["labels_per_block"] or [0]) for v in stats["per_batch"].values()
@@ -162,9 +176,15 @@ def main() -> None:
         rows = formats_rows(args.model, args.budget, args.repeat, args.presets.split(","),
                             not args.no_baseline)  # fmt: skip
         out = args.out or str(Path(__file__).parent / "results" / "exact_formats.json")
-        doc = {"benchmark": "exact_formats", "model": args.model, "budget": args.budget,
+        doc = {"benchmark": "exact_formats",
+               "command": "python benchmarks/bench_exact.py " + " ".join(sys.argv[1:]),
+               "model": args.model, "budget": args.budget,
                "repeat": args.repeat, "cpu": host.processor() or host.machine(),
-               "load": os.getloadavg()[0], "rows": rows}  # fmt: skip
+               "load": os.getloadavg()[0],
+               "machine": {"python": host.python_version(), "jax": jax.__version__,
+                           "backend": jax.default_backend(), "cpus": os.cpu_count()},
+               "rows": rows}  # fmt: skip
+        _formats_table(rows)
         print("wrote", write_json(out, doc))
         return
     args.out = args.out or str(Path(__file__).parent / "results" / "exact.json")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import platform
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -63,4 +64,8 @@ def write_json(name: str, doc: dict) -> Path:
     (hetjax.io)."""
     from hetjax.io import write_json as _write_json
 
+    # every result records how it was made (the script and its options) and on what machine
+    script = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "?"
+    doc = {"command": f"python benchmarks/{script} " + " ".join(sys.argv[1:]),
+           "machine": machine(), **doc}  # fmt: skip
     return _write_json(_OUT[0] / f"{name}.json", doc)

@@ -1,6 +1,9 @@
 """Write docs/hardware.md: every preset device's numbers and their sources, from the code.
 
 .venv/bin/python scripts/hardware_table.py
+
+tests/test_hardware.py checks that the page is `render()`'s text (edit this script, not the
+page).
 """
 
 from __future__ import annotations
@@ -12,7 +15,8 @@ from hetjax.hardware import DEVICES, EFFICIENCY, LINKS, PRESETS, STREAM_EFFICIEN
 OUT = Path(__file__).resolve().parents[1] / "docs" / "hardware.md"
 
 
-def main() -> None:
+def render() -> str:
+    """The text of docs/hardware.md."""
     lines = [
         "# Hardware presets and their sources",
         "",
@@ -94,15 +98,21 @@ def main() -> None:
         "per-op launch/dispatch costs are modelling assumptions: GPUs saturate at small "
         "batches (b_half = 1), NPUs with large cube units need larger ones (b_half = 4). "
         "`hj.hardware.sample` perturbs every number log-uniformly around a preset and draws "
-        "each link from PCIe 3/4/5 x16 and NVLink.",
+        "each interconnect link (PCIe or NVLink in the base) from PCIe 3/4/5 x16 and NVLink; "
+        "other links (a SoC's shared memory) keep the base's kind.",
         "",
         "Every preset device has `weight_bw` = 0, i.e. no weight streaming (extension 1.1, "
         "weights streamed on top of compute, is for devices fitted by `hetjax calibrate`; see "
         "[model.md](model.md#extension-11-weight-streaming-platformweight_bw)).",
         "",
     ]
-    OUT.parent.mkdir(exist_ok=True)
-    OUT.write_text("\n".join(lines))
+    return "\n".join(lines)
+
+
+def main() -> None:
+    from hetjax.io import atomic_write_text
+
+    atomic_write_text(OUT, render())
     print("wrote", OUT)
 
 

@@ -209,3 +209,12 @@ def test_platform_files_written_before_version_2_load_with_its_defaults(tmp_path
     np.testing.assert_array_equal(old.fmt_speedup, np.tile([1.0, 0.0, 0.0], (3, 1)))
     np.testing.assert_array_equal(old.codec_bw, np.zeros(3))
     assert jax.tree.structure(old) == jax.tree.structure(p)
+
+
+def test_hardware_page_is_the_generators_output():
+    """docs/hardware.md says "Generated ...; do not edit": it is scripts/hardware_table.py's
+    text of today's presets, so a changed preset or a hand edit shows here."""
+    from load_script import ROOT, load_script
+
+    page = (ROOT / "docs" / "hardware.md").read_text()
+    assert page == load_script("scripts/hardware_table.py").render()

@@ -37,9 +37,35 @@ def test_run_turns_hetjax_errors_and_missing_files_into_one_line(capsys):
     (["scripts/sweep_progress.py", "/nonexistent-sweep"], "/nonexistent-sweep/sweep.json"),
     (["scripts/sweep_progress.py", "/tmp", "--elapsed", "-5"], "--elapsed -5"),
     (["scripts/onnx_exact.py", "--models", "nosuch"], "nosuch"),
+    (["scripts/bound_gap.py", "--presets", "edge,edgy", "--out", "OUT"], "edgy"),
+    (["scripts/bound_gap.py", "--n", "0", "--out", "OUT"], "--n 0"),
 ])  # fmt: skip
 def test_a_script_given_bad_input_prints_one_line_and_exits_2(argv, words, tmp_path):
+    out = tmp_path / "out.json"
+    argv = [str(out) if a == "OUT" else a for a in argv]
     r = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True,
                        timeout=120)  # fmt: skip
     assert r.returncode == 2, r.stderr[-2000:]
+    assert not out.exists()  # nothing written
     assert "Traceback" not in r.stderr and words in r.stderr.strip().splitlines()[-1], r.stderr
+
+
+def test_bound_gap_is_the_optimum_below_the_bound(tmp_path):
+    """scripts/bound_gap.py (docs/exact.md's table): the exact optimum never lies above the
+    bound, and each gap is (bound - optimum) / bound of the two computed apart."""
+    import jax
+    import numpy as np
+
+    script = load_script("scripts/bound_gap.py")
+    doc = script.main(["--model", "bert-tiny", "--n", "3", "--presets", "edge",
+                       "--out", str(tmp_path / "g.json")])  # fmt: skip
+    (row,) = doc["rows"]
+    g = hj.graphs.transformer("bert-tiny")
+    ps = hj.hardware.sample(jax.random.key(11), 3, base="edge")
+    for i, gap in enumerate(row["gaps_pct"]):
+        p = jax.tree.map(lambda x, i=i: x[i], ps)
+        _, opt = hj.exact.optimal_score(g, p)
+        bound = float(hj.bounds.score_bound(g, p, hj.exact.DEFAULT_BATCHES))
+        assert gap >= 0.0
+        np.testing.assert_allclose(gap, 100 * (bound - opt) / bound, rtol=1e-5, atol=1e-9)
+    assert (tmp_path / "g.json").exists() and row["max_pct"] >= row["mean_pct"] >= row["min_pct"]
