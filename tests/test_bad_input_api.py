@@ -327,7 +327,57 @@ CASES = [
      hj.OnnxImportError, ("none.onnx",)),
     ("onnx-not-onnx", lambda tmp: hj.onnx.load_graph(_platform_file(tmp, "not a model")),
      hj.OnnxImportError, ("platform.json",)),
+    # --- hj.onnx.calibrate: every argument checked before any export or profile ---------------
+    ("calibrate-one-string", lambda: _cal("bert-tiny"), hj.HetjaxError,
+     ("models", "'bert-tiny'", "not one")),
+    ("calibrate-twice", lambda: _cal(["bert-tiny", "bert-tiny"]), hj.HetjaxError,
+     ("models", "'bert-tiny'", "twice")),
+    ("calibrate-unknown", lambda: _cal(["bert-nano"]), hj.OnnxImportError,
+     ("models", "'bert-nano'", "not a built-in")),
+    ("calibrate-seq-zero", lambda: _cal(["bert-tiny"], [{"batch": 1, "sequence": 0}]),
+     hj.HetjaxError, ("dims['sequence']", "0")),
+    ("calibrate-seq-past-positions", lambda: _cal(["bert-tiny"], [{"batch": 1, "sequence": 600}]),
+     hj.HetjaxError, ("sequence = 600", "512")),
+    ("calibrate-dims-one-mapping", lambda: _cal(["bert-tiny"], {"batch": 1, "sequence": 16}),
+     hj.HetjaxError, ("dims_list",)),
+    ("calibrate-steps-zero", lambda: _cal(["bert-tiny"], steps=0), hj.HetjaxError,
+     ("steps = 0",)),
+    ("calibrate-lr-nan", lambda: _cal(["bert-tiny"], lr=NAN), hj.HetjaxError, ("lr = nan",)),
+    ("calibrate-e2e-nan", lambda: _cal(["bert-tiny"], e2e_weight=NAN), hj.HetjaxError,
+     ("e2e_weight = nan",)),
+    ("calibrate-p-busy", lambda: _cal(["bert-tiny"], p_busy=-1.0), hj.HetjaxError,
+     ("p_busy = -1.0",)),
+    ("calibrate-repeats-fraction", lambda: _cal(["bert-tiny"], repeats=1.5), hj.HetjaxError,
+     ("repeats = 1.5",)),
+    ("calibrate-out-folder", lambda tmp: _cal(["bert-tiny"], out=tmp), hj.HetjaxError,
+     ("out = ", "directory")),
+    ("fidelity-no-test", lambda: _fid(["bert-tiny"], []), hj.HetjaxError,
+     ("test_models", "at least one")),
+    ("fidelity-same-model", lambda: _fid(["bert-tiny"], ["bert-tiny"]), hj.HetjaxError,
+     ("share", "bert-tiny")),
+    ("fidelity-same-file", lambda tmp: _fid([str(_tiny_onnx(tmp))],
+                                            [str(tmp / "." / "tiny.onnx")]), hj.HetjaxError,
+     ("share", "tiny.onnx")),
+    ("fidelity-seq-string", lambda: _fid(["bert-tiny"], ["bert-mini"], ["16x"]), hj.HetjaxError,
+     ("seqs", "'16x'")),
+    ("fidelity-dims-sequence", lambda: _fid(["bert-tiny"], ["bert-mini"], dims={"sequence": 32}),
+     hj.HetjaxError, ("dims['sequence']", "32", "seqs=")),
 ]  # fmt: skip
+
+
+def _cal(models, dims_list=None, **kw):
+    kw = {"repeats": 1, "warmup": 0, "steps": 5, "weight_streaming": False, **kw}
+    return hj.onnx.calibrate.calibrate(models, dims_list, **kw)
+
+
+def _fid(fit, test, seqs=(16,), **kw):
+    kw = {"fit_seqs": [16], "repeats": 1, "warmup": 0, "steps": 5, "weight_streaming": False,
+          **kw}  # fmt: skip
+    return hj.onnx.calibrate.run_fidelity(fit, test, seqs, **kw)
+
+
+def _tiny_onnx(tmp):
+    return hj.onnx.export_transformer("bert-tiny", tmp / "tiny.onnx")
 
 
 def test_at_least_forty_cases():

@@ -284,3 +284,46 @@ def test_a_stray_key_in_one_of_several_dims_is_refused(tiny, monkeypatch):
     monkeypatch.setattr(cal, "profile_models", never)
     with pytest.raises(OnnxImportError, match=r"dims\['sequnce'\]"):
         cal.calibrate([tiny[0]], [{**DIMS, "sequnce": 8}, DIMS], weight_streaming=False)
+
+
+def test_held_out_min_spearman_skips_nan_in_any_order():
+    """A held-out row with fewer than 3 measured nodes has no Spearman (NaN): the summary's
+    minimum is over the others, whatever the rows' order."""
+    rows = [dict(latency_error=0.1, spearman=s, within_10=0.5, within_25=1.0)
+            for s in (float("nan"), 0.9, 0.7)]  # fmt: skip
+    for order in (rows, rows[::-1], rows[1:] + rows[:1]):
+        assert cal._summary(order)["held_out_min_spearman"] == 0.7
+    assert np.isnan(cal._summary(rows[:1])["held_out_min_spearman"])
+
+
+def test_a_built_in_name_is_the_model_beside_a_folder_of_that_name(tmp_path, monkeypatch):
+    """`mkdir bert-tiny; hetjax calibrate bert-tiny`: the name is the built-in model, as for
+    every other command (`hj.graphs.load`); `./bert-tiny` would name the path."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bert-tiny").mkdir()
+    ((name, path, source),) = cal._resolve_models(["bert-tiny"], str(tmp_path))
+    assert name == "bert-tiny" and "built in" in source and path.endswith("bert-tiny.onnx")
+
+
+def test_sigterm_removes_the_exported_models(tmp_path):
+    """A calibration killed with SIGTERM (a scheduler's stop) removes its temporary folder of
+    exported models, as Ctrl-C does; before, hundreds of MB stayed in /tmp."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    proc = subprocess.Popen([sys.executable, "-m", "hetjax.cli", "calibrate", "bert-tiny",
+                             "--seq", "16", "--v1", "--repeats", "100000", "--out",
+                             str(tmp_path / "p.json")], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not list(tmp_path.glob("hetjax-cal-*/bert-tiny.onnx")):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.2)
+    time.sleep(1.0)  # profiling
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert not list(tmp_path.glob("hetjax-*")) and not (tmp_path / "p.json").exists()

@@ -178,6 +178,18 @@ CASES = [
     (["fidelity", "--dim", "sequnce=8"], ["--dim", "sequnce=8", "no model"]),
     (["fidelity", "--fit", "relu.onnx", "--dim", "past=2"], ["--dim", "past=2", "rows"]),
     (["calibrate", "relu.onnx", "--dim", "sequnce=8"], ["--dim", "sequnce=8", "rows"]),
+    (["calibrate", "bert-tiny", "bert-tiny"], ["MODELS", "'bert-tiny'", "twice"]),
+    (["calibrate", "relu.onnx", "./relu.onnx"], ["MODELS", "'./relu.onnx'", "twice"]),
+    (["calibrate", "bert-nano"], ["MODELS", "'bert-nano'", "not a built-in model"]),
+    (["calibrate", "bert-tiny", "--seq", "600"], ["--seq 600", "512 positions"]),
+    (["calibrate", "bert-tiny", "--dim", "batch=4"], ["--dim batch=4", "--batch"]),
+    # a built-in name (or the probe's) is the model even beside a folder of that name
+    (["calibrate", "bert-tiny", "--repeats", "0"], ["--repeats", "0"]),
+    (["calibrate", "weight-probe", "--repeats", "0"], ["--repeats", "0"]),
+    (["fidelity", "--dim", "sequence=32"], ["--dim sequence=32", "--seq"]),
+    (["fidelity", "--fit", "relu.onnx", "--test", "./relu.onnx"], ["--fit", "--test", "relu"]),
+    (["fidelity", "--test", "gpt2", "--seq", "2000"], ["--seq 2000", "gpt2", "1024"]),
+    (["fidelity", "--out", "r.json", "--platform-out", "./r.json"], ["--platform-out", "--out"]),
     (["evaluate", "--model", "relu.onnx", "--dim", "sequnce=8"], ["--model", "sequnce"]),
     (
         ["train", "--model", "relu.onnx", "--dim", "rows=4", "--dim", "sequnce=8"],
@@ -247,6 +259,7 @@ def scratch(tmp_path_factory):
     d = tmp_path_factory.mktemp("bad")
     (d / "afile").write_text("not a folder\n")
     (d / "adir").mkdir()
+    (d / "bert-tiny").mkdir()  # a run folder named after a model (the name still means it)
     (d / "garbage.onnx").write_bytes(b"\x08\x07 certainly not protobuf")
     from onnx import TensorProto, helper
 

@@ -2,26 +2,67 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from hetjax.cli import checks
-from hetjax.cli.app import app
+from hetjax.cli.app import app, console
 from hetjax.errors import HetjaxError
 from hetjax.io import write_json
 
 __all__ = ["calibrate_cmd", "fidelity_cmd"]
 
 
-def _dims(seqs: list[int], batch: int, extra: list[str], option: str = "--seq") -> list[dict]:
-    """One dims dict per sequence length, with `--dim name=value` entries added to each."""
-    more = checks.parse_dims("--dim", extra)
+def _dims(seqs: list[int], batch: int, extra: list[str], option: str = "--seq",
+          models: list[str] = ()) -> list[dict]:  # fmt: skip
+    """One dims dict per sequence length, with `--dim name=value` entries added to each; a
+    built-in model's sequence fits its positions."""
+    import hetjax as hj
+
+    more = _more_dims(extra)
     checks.at_least("--batch", batch, 1)
     for s in seqs:
         checks.at_least(option, s, 1)
+        for m in models:
+            cfg = hj.graphs.MODELS.get(m)
+            if cfg is not None and cfg.arch != "vit" and s > cfg.max_positions:
+                raise checks.OptionError(
+                    f"{option} {s}: {m} has {cfg.max_positions} positions at most"
+                )
     return [{"batch": batch, "sequence": s, **more} for s in seqs]
+
+
+def _more_dims(extra: list[str]) -> dict[str, int]:
+    """`--dim NAME=VALUE` entries; batch and sequence have their own options."""
+    more = checks.parse_dims("--dim", extra)
+    for k, opt in (("batch", "--batch"), ("sequence", "--seq")):
+        if k in more:
+            raise checks.OptionError(f"--dim {k}={more[k]}: set the {k} with {opt}")
+    return more
+
+
+@contextlib.contextmanager
+def _sigterm_cleans_up():
+    """SIGTERM stops the command as Ctrl-C does, so that the temporary folders of exported
+    models (hundreds of MB) are removed; the previous handler is restored after."""
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    try:
+        old = signal.signal(signal.SIGTERM, stop)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
 
 
 def _fit_options(repeats, warmup, threads, steps, lr, e2e_weight) -> None:
@@ -37,18 +78,44 @@ def _model_files(option: str, models: list[str]) -> set[str]:
     """Each is a built-in name or an existing ONNX file (read and checked, not profiled).
     Returns the `--dim` names their inputs take (built-in models: batch and sequence)."""
     import hetjax as hj
+    from hetjax.onnx.calibrate import WEIGHT_PROBE
 
     if not models:
         raise checks.OptionError(f"{option}: give at least one model")
     names = set(hj.onnx.DEFAULT_DIMS)
+    seen: dict[str, str] = {}
     for m in models:
-        if m in hj.graphs.MODELS:
+        # a built-in name (or the probe's) means the model even where a file or folder of
+        # that name exists ("./NAME" for the file), as the library reads it
+        builtin = m in hj.graphs.MODELS or m == WEIGHT_PROBE
+        key = m if builtin else os.path.realpath(m)
+        if key in seen:
+            raise checks.OptionError(f"{option} {m!r}: given twice (as {seen[key]!r} too)")
+        seen[key] = m
+        if builtin:
             continue
         with checks.naming(option, m):
             if Path(m).is_dir():
                 raise checks.OptionError("is a directory, not an ONNX file")
+            if not Path(m).exists():
+                raise checks.OptionError(
+                    f"no such ONNX file, and not a built-in model ({', '.join(hj.graphs.MODELS)}) "
+                    f"or {WEIGHT_PROBE!r}"
+                )
             names.update(hj.onnx.symbolic_dims(m))
     return names
+
+
+def _same_models(fit: list[str], test: list[str]) -> list[str]:
+    """Models in both lists, a file by its real path (`a.onnx` and `./a.onnx` are one)."""
+    import hetjax as hj
+    from hetjax.onnx.calibrate import WEIGHT_PROBE
+
+    def key(m):
+        return m if m in hj.graphs.MODELS or m == WEIGHT_PROBE else os.path.realpath(m)
+
+    test_keys = {key(m) for m in test}
+    return sorted(m for m in fit if key(m) in test_keys)
 
 
 def _used_dims(dims: dict[str, int], names: set[str]) -> None:
@@ -92,7 +159,9 @@ def _params_table(params: dict):
 
 
 Models = Annotated[list[str], typer.Argument(help="ONNX files or built-in model names")]
-Seq = Annotated[list[int] | None, typer.Option("--seq", help="sequence lengths [16 32 64 128 256]")]
+Seq = Annotated[
+    list[int] | None, typer.Option("--seq", help="sequence lengths \\[16 32 64 128 256]")
+]
 Batch = Annotated[int, typer.Option(help="batch dimension")]
 DimOpt = Annotated[list[str] | None, typer.Option("--dim", help="more dims: NAME=VALUE")]
 Repeats = Annotated[int, typer.Option(help="measured runs per model (median)")]
@@ -132,24 +201,22 @@ def calibrate_cmd(
 
     The saved file loads with `hj.hardware.load` and works as `--platform FILE` in other jobs.
     """
-    from rich.console import Console
-
     from hetjax.onnx.calibrate import FIT_SEQS, calibrate
 
-    dims = _dims(seq or list(FIT_SEQS), batch, dim or [])
+    dims = _dims(seq or list(FIT_SEQS), batch, dim or [], models=models)
     _fit_options(repeats, warmup, threads, steps, lr, e2e_weight)
     checks.at_least("--p-busy", p_busy, 0.0)
     checks.at_least("--p-idle", p_idle, 0.0)
     if p_idle > p_busy:
         raise checks.OptionError(f"--p-idle {p_idle}: must be <= --p-busy {p_busy}")
-    _used_dims(checks.parse_dims("--dim", dim or []), _model_files("MODELS", models))
+    _used_dims(_more_dims(dim or []), _model_files("MODELS", models))
     checks.writable_file("--out", out)
-    console = Console()
-    result, rows = calibrate(
-        models, dims, repeats=repeats, warmup=warmup, threads=threads, steps=steps, lr=lr,
-        e2e_weight=e2e_weight, p_busy=p_busy, p_idle=p_idle, weight_streaming=weight_streaming,
-        out=out, log=console.print,
-    )  # fmt: skip
+    with _sigterm_cleans_up():
+        result, rows = calibrate(
+            models, dims, repeats=repeats, warmup=warmup, threads=threads, steps=steps, lr=lr,
+            e2e_weight=e2e_weight, p_busy=p_busy, p_idle=p_idle,
+            weight_streaming=weight_streaming, out=out, log=console.print,
+        )  # fmt: skip
     console.print(_params_table(result.params()))
     console.print(_rows_table("in-sample fidelity (the models it was fitted on)", rows))
     console.print(f"wrote {out}")
@@ -158,17 +225,18 @@ def calibrate_cmd(
 @app.command("fidelity")
 def fidelity_cmd(
     fit: Annotated[
-        list[str] | None, typer.Option("--fit", help="models to fit on [bert-mini bert-small]")
+        list[str] | None,
+        typer.Option("--fit", help="models to fit on \\[bert-mini bert-small]"),
     ] = None,
     test: Annotated[
-        list[str] | None, typer.Option("--test", help="held-out models [bert-base gpt2]")
+        list[str] | None, typer.Option("--test", help="held-out models \\[bert-base gpt2]")
     ] = None,
     seq: Annotated[
-        list[int] | None, typer.Option("--seq", help="held-out sequence lengths [64, 128]")
+        list[int] | None, typer.Option("--seq", help="held-out sequence lengths \\[64 128]")
     ] = None,
     fit_seq: Annotated[
         list[int] | None,
-        typer.Option("--fit-seq", help="sequence lengths to fit at [16 32 64 128 256]"),
+        typer.Option("--fit-seq", help="sequence lengths to fit at \\[16 32 64 128 256]"),
     ] = None,
     batch: Batch = 1,
     dim: DimOpt = None,
@@ -184,30 +252,33 @@ def fidelity_cmd(
 ):
     """Fit on some models, test on others it never saw: per-node accuracy, Spearman rank
     correlation and end-to-end latency error per held-out model and sequence length."""
-    from rich.console import Console
-
     from hetjax.onnx.calibrate import FIT_SEQS, run_fidelity, save_platform
 
-    console = Console()
     fit = fit or ["bert-mini", "bert-small"]
     test = test or ["bert-base", "gpt2"]
-    overlap = set(fit) & set(test)
+    names = _model_files("--fit", fit) | _model_files("--test", test)
+    overlap = _same_models(fit, test)
     if overlap:
-        raise HetjaxError(f"--fit and --test share {sorted(overlap)}: held-out means unseen")
+        raise HetjaxError(f"--fit and --test share {overlap}: held-out means unseen")
     seqs = seq or [64, 128]
     fit_seqs = fit_seq or list(FIT_SEQS)
-    more = checks.parse_dims("--dim", dim or [])
-    _dims(seqs, batch, [])
-    _dims(fit_seqs, batch, [], "--fit-seq")
+    more = _more_dims(dim or [])
+    _dims(seqs, batch, [], models=test)
+    _dims(fit_seqs, batch, [], "--fit-seq", models=fit)
     _fit_options(repeats, warmup, threads, steps, lr, e2e_weight)
-    _used_dims(more, _model_files("--fit", fit) | _model_files("--test", test))
+    _used_dims(more, names)
     checks.writable_file("--out", out)
     checks.writable_file("--platform-out", platform_out)
-    result, report = run_fidelity(
-        fit, test, seqs, fit_seqs=fit_seqs, batch=batch, repeats=repeats, warmup=warmup,
-        threads=threads, steps=steps, lr=lr, e2e_weight=e2e_weight,
-        weight_streaming=weight_streaming, dims=more, log=console.print,
-    )  # fmt: skip
+    if platform_out is not None and os.path.realpath(platform_out) == os.path.realpath(out):
+        raise checks.OptionError(
+            f"--platform-out {str(platform_out)!r}: the same file as --out (the report)"
+        )
+    with _sigterm_cleans_up():
+        result, report = run_fidelity(
+            fit, test, seqs, fit_seqs=fit_seqs, batch=batch, repeats=repeats, warmup=warmup,
+            threads=threads, steps=steps, lr=lr, e2e_weight=e2e_weight,
+            weight_streaming=weight_streaming, dims=more, log=console.print,
+        )  # fmt: skip
     report["command"] = "hetjax fidelity " + " ".join(  # every setting, so that it reruns as is
         [f"--fit {m}" for m in fit] + [f"--test {m}" for m in test]
         + [f"--seq {s}" for s in seqs] + [f"--fit-seq {s}" for s in fit_seqs]
@@ -236,6 +307,7 @@ def fidelity_cmd(
     write_json(out, report)  # atomic; NaN (e.g. the probe's Spearman) as a string
     console.print(f"wrote {out}")
     if platform_out is not None:
-        save_platform(result, platform_out, [r["model"] for r in report["fit"]],
-                      threads=threads, repeats=repeats, rows=report["fit"])  # fmt: skip
+        fitted_on = [f"{r['model']} {r['dims']}" for r in report["fit"]]  # as calibrate's
+        save_platform(result, platform_out, fitted_on, threads=threads, repeats=repeats,
+                      rows=report["fit"])  # fmt: skip
         console.print(f"wrote {platform_out}")

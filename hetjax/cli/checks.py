@@ -115,7 +115,8 @@ def model_graph(model: str, seq_len: int | None = None, granularity: str = "bloc
     at_least("--seq-len", seq_len, 1)
     one_of("--granularity", granularity, ("block", "op"))
     with naming(option, model):
-        if Path(model).is_dir():
+        # a built-in name means the model even beside a folder of that name ("./NAME": the path)
+        if model not in hj.graphs.MODELS and Path(model).is_dir():
             raise OptionError("is a directory, not a model name or ONNX file")
         return hj.graphs.load(model, seq_len, granularity, dims=dims or None, blocks=blocks)
 

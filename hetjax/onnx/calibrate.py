@@ -520,10 +520,12 @@ def fit(
     """
     if not pairs:
         raise HetjaxError("fit: no profiles to fit on")
-    if steps < 1 or lr <= 0 or e2e_weight < 0 or tie_weight < 0:
+    # NaN fails every comparison, so each test is written as what must hold
+    finite = 0 <= e2e_weight < math.inf and 0 <= tie_weight < math.inf
+    if not (steps >= 1 and 0 < lr < math.inf and finite):
         raise HetjaxError(f"fit: steps={steps} (>= 1), lr={lr} (> 0), e2e_weight={e2e_weight} "
                           f"(>= 0), tie_weight={tie_weight} (>= 0)")  # fmt: skip
-    if not 0 <= p_idle <= p_busy:
+    if not 0 <= p_idle <= p_busy < math.inf:
         raise HetjaxError(f"fit: need 0 <= p_idle ({p_idle} W) <= p_busy ({p_busy} W)")
     for imp, _ in pairs:
         if imp.graph.n_max != imp.graph.m_max:
@@ -681,20 +683,98 @@ def _resolve_models(models: Sequence, workdir: str) -> list[tuple[str, object, s
     for m in models:
         if isinstance(m, onnx.ModelProto):
             out.append((m.graph.name or "model", m, None))
-        elif m == WEIGHT_PROBE and not os.path.exists(m):
+        elif m == WEIGHT_PROBE:  # a name, like the built-ins: "./weight-probe" for a file
             path = Path(workdir) / f"{WEIGHT_PROBE}.onnx"
             onnx.save(weight_probe(), path)
             out.append((WEIGHT_PROBE, str(path), f"{WEIGHT_PROBE} (hetjax.onnx.weight_probe())"))
-        elif os.path.exists(str(m)):
-            out.append((Path(m).stem, str(m), None))
-        elif isinstance(m, str) and m in MODELS:
+        elif isinstance(m, str) and m in MODELS:  # before files: "./bert-tiny" for a file
             path = str(export_transformer(m, Path(workdir) / f"{m}.onnx"))
             out.append((m, path, f"{m} (built in; hj.onnx.export_transformer({m!r}, path))"))
+        elif os.path.isfile(str(m)):
+            out.append((Path(m).stem, str(m), None))
         else:
             raise OnnxImportError(
                 f"{m!r}: no such ONNX file and not a built-in model ({', '.join(MODELS)}) "
                 f"or {WEIGHT_PROBE!r}"
             )
+    return out
+
+
+def _model_key(m) -> str:
+    """What a model argument names: a built-in or the probe by name, a file by its real path."""
+    from hetjax.graphs.transformers import MODELS
+
+    if isinstance(m, onnx.ModelProto):
+        return f"<ModelProto {id(m)}>"
+    return m if m in MODELS or m == WEIGHT_PROBE else os.path.realpath(m)
+
+
+def _check_models(field: str, models) -> list:
+    """`models` as a list: a sequence (not one string) of ONNX files, built-in names or
+    ModelProtos, none named twice, each one that exists (checked before any work)."""
+    from hetjax.graphs.transformers import MODELS
+
+    one = isinstance(models, (str, os.PathLike, onnx.ModelProto))
+    if one or not isinstance(models, Sequence):
+        raise HetjaxError(f"{field} = {models!r}: a list of models (ONNX files or built-in "
+                          "names), not one")  # fmt: skip
+    models = [m if isinstance(m, onnx.ModelProto) else os.fspath(m) for m in models]
+    seen: dict[str, object] = {}
+    for m in models:
+        if isinstance(m, str) and not (m in MODELS or m == WEIGHT_PROBE or os.path.isfile(m)):
+            what = "a folder, not an ONNX file" if os.path.isdir(m) else "no such ONNX file"
+            raise OnnxImportError(f"{field}: {m!r}: {what}, and not a built-in model "
+                                  f"({', '.join(MODELS)}) or {WEIGHT_PROBE!r}")  # fmt: skip
+        key = _model_key(m)
+        if key in seen:
+            raise HetjaxError(f"{field}: {m!r} is given twice (as {seen[key]!r} too)")
+        seen[key] = m
+    return models
+
+
+def _check_numbers(**values) -> None:
+    """Profile and fit settings, checked before any work: whole numbers >= their least value
+    (repeats, threads, steps >= 1; warmup >= 0), finite floats (lr > 0; e2e_weight, p_busy,
+    p_idle >= 0, p_idle <= p_busy)."""
+    for name, low in (("repeats", 1), ("warmup", 0), ("threads", 1), ("steps", 1)):
+        v = values[name]
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < low:
+            raise HetjaxError(f"{name} = {v!r}: a whole number >= {low}")
+    for name, strict in (("lr", True), ("e2e_weight", False), ("p_busy", False),
+                         ("p_idle", False)):  # fmt: skip
+        v = values.get(name, 0.0)
+        ok = isinstance(v, (int, float, np.number)) and not isinstance(v, bool)
+        if not (ok and math.isfinite(v) and (v > 0 if strict else v >= 0)):
+            raise HetjaxError(f"{name} = {v!r}: a finite number {'>' if strict else '>='} 0")
+    if values.get("p_idle", 0.0) > values.get("p_busy", 0.0):
+        raise HetjaxError(f"p_idle = {values['p_idle']!r} W: must be <= p_busy = "
+                          f"{values['p_busy']!r} W")  # fmt: skip
+    if values["stat"] not in ("median", "min"):
+        raise HetjaxError(f"stat = {values['stat']!r}: use 'median' or 'min'")
+
+
+def _check_dims(field: str, dims_list, models) -> list[dict]:
+    """Each dims mapping's values are whole numbers >= 1, and a built-in model's sequence fits
+    its positions (ViTs take no sequence)."""
+    from hetjax.graphs.transformers import MODELS
+
+    if isinstance(dims_list, Mapping) or not isinstance(dims_list, Sequence):
+        raise HetjaxError(f"{field} = {dims_list!r}: a list of dims mappings, one per profile")
+    out = []
+    for dims in dims_list:
+        if not isinstance(dims, Mapping):
+            raise HetjaxError(f"{field}: {dims!r} is not a mapping of dimension names to sizes")
+        for k, v in dims.items():
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+                raise HetjaxError(f"{field}: dims[{k!r}] = {v!r}: a whole number >= 1")
+        seq = dims.get("sequence")
+        for m in models:
+            cfg = MODELS.get(m) if isinstance(m, str) else None
+            fits = cfg is None or cfg.arch == "vit" or seq is None or seq <= cfg.max_positions
+            if not fits:
+                raise HetjaxError(f"{field}: sequence = {seq}: {m} has {cfg.max_positions} "
+                                  "positions at most")  # fmt: skip
+        out.append({k: int(v) for k, v in dims.items()})
     return out
 
 
@@ -768,9 +848,16 @@ def calibrate(
 
     `weight_streaming` (default) fits cost model 1.1's weight bandwidth and profiles the
     `weight_probe` with the models; off, a version-1 device is fitted on the models alone."""
+    models = _check_models("models", models)
+    if not models:
+        raise HetjaxError("models: give at least one model")
     if not dims_list:
         dims_list = [{"batch": 1, "sequence": s} for s in FIT_SEQS]
-    dims_list = [dict(d) for d in dims_list]
+    dims_list = _check_dims("dims_list", dims_list, models)
+    _check_numbers(repeats=repeats, warmup=warmup, threads=threads, steps=steps, lr=lr,
+                   e2e_weight=e2e_weight, p_busy=p_busy, p_idle=p_idle, stat=stat)  # fmt: skip
+    if out is not None and Path(out).is_dir():
+        raise HetjaxError(f"out = {str(out)!r}: is a directory, not a file")
     models = _with_probe(models, weight_streaming)
     with tempfile.TemporaryDirectory(prefix="hetjax-cal-") as tmp:
         resolved = _resolve_models(models, tmp)
@@ -847,6 +934,28 @@ def run_fidelity(
     settings, fitted parameters, one row per (model, seq) for the fit set and the held-out set,
     and a summary of the held-out rows.
     """
+    fit_models = _check_models("fit_models", fit_models)
+    test_models = _check_models("test_models", test_models)
+    for field, ms in (("fit_models", fit_models), ("test_models", test_models)):
+        if not ms:
+            raise HetjaxError(f"{field}: give at least one model")
+    shared = {_model_key(m) for m in fit_models} & {_model_key(m) for m in test_models}
+    if shared:
+        raise HetjaxError(f"fit_models and test_models share {sorted(shared)}: held out means "
+                          "never seen by the fit")  # fmt: skip
+    more = dict(dims or {})  # further symbolic dimensions, given to every model that has them
+    for k in ("batch", "sequence"):
+        if k in more:
+            raise HetjaxError(f"dims[{k!r}] = {more[k]!r}: set it with "
+                              f"{'batch=' if k == 'batch' else 'seqs= / fit_seqs='}")  # fmt: skip
+    fit_seqs = seqs if fit_seqs is None else fit_seqs
+    _check_dims("dims", [more], [])
+    for field, ss, ms in (("seqs", seqs, test_models), ("fit_seqs", fit_seqs, fit_models)):
+        if isinstance(ss, (str, Mapping)) or not isinstance(ss, Sequence) or not ss:
+            raise HetjaxError(f"{field} = {ss!r}: a non-empty list of sequence lengths")
+        _check_dims(field, [{"batch": batch, "sequence": s} for s in ss], ms)
+    _check_numbers(repeats=repeats, warmup=warmup, threads=threads, steps=steps, lr=lr,
+                   e2e_weight=e2e_weight, stat=stat)  # fmt: skip
     user_fit_models = [str(m) for m in fit_models]
     if weight_streaming and WEIGHT_PROBE in map(str, test_models):
         raise HetjaxError(
@@ -854,8 +963,6 @@ def run_fidelity(
             "be held out (use weight_streaming=False / --v1)"
         )
     fit_models = _with_probe(fit_models, weight_streaming)
-    fit_seqs = seqs if fit_seqs is None else fit_seqs
-    more = dict(dims or {})  # further symbolic dimensions, given to every model that has them
     dims_list = [{"batch": batch, "sequence": int(s), **more} for s in seqs]
     fit_dims = [{"batch": batch, "sequence": int(s), **more} for s in fit_seqs]
     t_start = time.perf_counter()
@@ -914,12 +1021,19 @@ def run_fidelity(
     return result, report
 
 
+def _nan_min(values) -> float:
+    """The least of the numbers that are not NaN (NaN if none is): the same whatever the order
+    (Python's `min` keeps a leading NaN and skips a later one)."""
+    finite = [float(v) for v in values if v == v]
+    return min(finite) if finite else float("nan")
+
+
 def _summary(test_rows: list[dict]) -> dict:
     errs = np.array([abs(r["latency_error"]) for r in test_rows])
     return dict(
         held_out_max_abs_latency_error=float(errs.max()),
         held_out_mean_abs_latency_error=float(errs.mean()),
-        held_out_min_spearman=float(min(r["spearman"] for r in test_rows)),
+        held_out_min_spearman=_nan_min([r["spearman"] for r in test_rows]),
         held_out_mean_within_10=float(np.mean([r["within_10"] for r in test_rows])),
         held_out_mean_within_25=float(np.mean([r["within_25"] for r in test_rows])),
     )
