@@ -13,18 +13,68 @@ files into that one line. A script calls it only when run as a program:
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 from hetjax.errors import HetjaxError
 
-__all__ = ["run"]
+__all__ = ["run", "at_least", "finite", "presets", "models"]
+
+
+def _one_line_error(self, message):
+    """argparse's `error` without the usage block: one line, exit 2."""
+    print(f"error: {' '.join(str(message).split())}", file=sys.stderr)
+    sys.exit(2)
 
 
 def run(main, *args):
-    """`main(*args)`; a `HetjaxError` or a missing file or folder becomes `error: ...` on
-    stderr and exit code 2 (anything else propagates)."""
+    """`main(*args)`; a `HetjaxError`, a missing file or folder, a path under a file, or an
+    option argparse refuses (its `error`, also a script's own `ap.error(...)`) becomes one line
+    `error: ...` on stderr and exit code 2 (anything else propagates)."""
+    argparse.ArgumentParser.error = _one_line_error  # this process runs one script
     try:
         return main(*args)
-    except (HetjaxError, FileNotFoundError, NotADirectoryError, IsADirectoryError) as err:
+    except (HetjaxError, FileNotFoundError, NotADirectoryError, IsADirectoryError,
+            FileExistsError) as err:  # fmt: skip
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
+
+
+def at_least(ap, option: str, value, low) -> None:
+    """`ap.error` unless `value` >= `low` (NaN fails)."""
+    if not value >= low:
+        ap.error(f"{option} {value!r}: must be >= {low}")
+
+
+def finite(ap, option: str, value, low: float = 0.0, *, strict: bool = False) -> None:
+    """`ap.error` unless `value` is a finite number >= `low` (> with `strict`)."""
+    import math
+
+    if not (math.isfinite(value) and (value > low if strict else value >= low)):
+        ap.error(f"{option} {value!r}: must be a finite number {'>' if strict else '>='} {low}")
+
+
+def presets(ap, option: str, names) -> list[str]:
+    """Every name a platform preset, before any work."""
+    from hetjax.hardware import PRESETS
+
+    names = [n for n in (names.split(",") if isinstance(names, str) else names) if n]
+    for n in names:
+        if n not in PRESETS:
+            ap.error(f"{option} {n!r}: not a preset ({', '.join(PRESETS)})")
+    return names
+
+
+def models(ap, option: str, names) -> list[str]:
+    """Every name a built-in model or an existing ONNX file, none twice, before any work."""
+    import os
+
+    from hetjax.graphs import MODELS
+
+    names = [n for n in (names.split(",") if isinstance(names, str) else names) if n]
+    for i, n in enumerate(names):
+        if n not in MODELS and not os.path.isfile(n):
+            ap.error(f"{option} {n!r}: not a built-in model ({', '.join(MODELS)}) or ONNX file")
+        if n in names[:i]:
+            ap.error(f"{option} {n!r}: given twice")
+    return names

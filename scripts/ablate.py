@@ -30,6 +30,7 @@ from hetjax.agents import ppo
 from hetjax.agents.jobs import train_job
 from hetjax.agents.ppo import PPOConfig
 from hetjax.agents.trainer import load_checkpoint, save_checkpoint
+from hetjax.errors import HetjaxError
 from hetjax.io import save_figure, write_json
 
 VARIANTS = {
@@ -53,6 +54,9 @@ def main(argv=None) -> None:
                "ppo 100 updates"]  # fmt: skip
     ap.add_argument("--variants", nargs="+", default=default, choices=list(VARIANTS))
     args = ap.parse_args(argv)
+    from _main import at_least  # scripts/ is on sys.path (Python puts it there)
+
+    at_least(ap, "--held-out", args.held_out, 1)
     console = Console()
     results = {}
     for name in args.variants:
@@ -121,7 +125,7 @@ def _check_reusable(run_dir: Path, config: PPOConfig, doc: dict, held_out: int) 
     diff = sorted(k for k in mine if theirs.get(k) != mine[k])
     if diff or doc["held_out"]["n"] != held_out:
         what = f"config differs in {diff}" if diff else f"held-out n={doc['held_out']['n']}"
-        raise SystemExit(
+        raise HetjaxError(  # bad input: one line, exit 2 (`_main.run`)
             f"{run_dir}: a finished run with another setting ({what}); move it "
             "away or pass another --out"
         )

@@ -43,6 +43,11 @@ VARIANTS = {
 }
 
 
+def _std(values) -> float:
+    """Sample standard deviation (ddof 1; 0 for one seed)."""
+    return float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+
+
 def run_variant(name: str, seeds: int, held_out: int) -> dict:
     config = ppo.PPOConfig(**VARIANTS[name])
     setup = ppo.make_setup(config)
@@ -68,8 +73,10 @@ def run_variant(name: str, seeds: int, held_out: int) -> dict:
     return {
         "config": VARIANTS[name], "seeds": seeds, "held_out": held_out,
         "greedy_gap_pct": g, "best_of_17_gap_pct": b,
-        "greedy_mean": float(np.mean(g)), "greedy_std": float(np.std(g)),
-        "best_of_17_mean": float(np.mean(b)), "best_of_17_std": float(np.std(b)),
+        # the sample standard deviation over seeds (ddof 1), as scripts/teacher_seeds.py
+        "greedy_mean": float(np.mean(g)), "greedy_std": _std(g),
+        "best_of_17_mean": float(np.mean(b)), "best_of_17_std": _std(b),
+        "std": "sample standard deviation over seeds (ddof 1)",
         "final_train_score": [float(x) for x in np.asarray(out["metrics"]["score"])[:, -1]],
         "teacher_s": teacher_s, "train_s": train_s,
     }  # fmt: skip
@@ -83,15 +90,23 @@ def main() -> None:
                     choices=list(VARIANTS))  # fmt: skip
     ap.add_argument("--out", type=Path, default=Path("docs/results/ablate_seeds.json"))
     a = ap.parse_args()
-    done = json.loads(a.out.read_text()) if a.out.exists() else {}
+    from _main import at_least  # scripts/ is on sys.path (Python puts it there)
+
+    at_least(ap, "--seeds", a.seeds, 1)
+    at_least(ap, "--held-out", a.held_out, 1)
+    try:
+        done = json.loads(a.out.read_text()) if a.out.exists() else {}
+    except (json.JSONDecodeError, UnicodeDecodeError, IsADirectoryError) as err:
+        ap.error(f"--out {str(a.out)!r}: not this script's results file ({err})")
     for name in a.variants:
         done[name] = run_variant(name, a.seeds, a.held_out)
         write_json(a.out, done)
-    t = Table(title=f"ablations over seeds (mean +- std), {a.held_out} held-out platforms")
-    for col in ("variant", "seeds", "greedy gap %", "best of 17 gap %", "train s"):
+    t = Table(title="ablations over seeds (mean +- sample std)")
+    for col in ("variant", "seeds", "held out", "greedy gap %", "best of 17 gap %", "train s"):
         t.add_column(col, justify="right")
     for name, r in done.items():
-        t.add_row(name, str(r["seeds"]), f"{r['greedy_mean']:.2f} +- {r['greedy_std']:.2f}",
+        t.add_row(name, str(r["seeds"]), str(r["held_out"]),
+                  f"{r['greedy_mean']:.2f} +- {r['greedy_std']:.2f}",
                   f"{r['best_of_17_mean']:.2f} +- {r['best_of_17_std']:.2f}",
                   f"{r['train_s']:.0f}")  # fmt: skip
     Console().print(t)

@@ -1,7 +1,8 @@
 """Fit a trained policy's batch step to its own placements and measure it on held-out platforms.
 
     .venv/bin/python scripts/batch_fit.py --run RUN [--platforms 2048] [--steps 400] [--keep 10]
-                                          [--minibatch N]
+        [--minibatch N] [--lr 1e-3] [--held-out 256] [--samples K] [--rounds 1]
+        [--temperature 0] [--start best.msgpack]
 
 Runs `hetjax.agents.batch_fit.make_batch_fit` (the phase `hetjax train --teacher none` runs
 after PPO; no teacher, no exact solver: see its docstring) on the run's selected policy
@@ -44,7 +45,21 @@ def main(argv=None) -> dict:
     ap.add_argument("--temperature", type=float, default=0.0, help="soft batch targets (pts)")
     ap.add_argument("--start", default="best.msgpack", help="the checkpoint to fit")
     args = ap.parse_args(argv)
+    from _main import at_least, finite  # scripts/ is on sys.path (Python puts it there)
+
+    for opt, v in (("--platforms", args.platforms), ("--steps", args.steps),
+                   ("--held-out", args.held_out), ("--rounds", args.rounds)):  # fmt: skip
+        at_least(ap, opt, v, 1)
+    at_least(ap, "--samples", args.samples, 0)
+    if args.minibatch is not None:
+        at_least(ap, "--minibatch", args.minibatch, 1)
+    finite(ap, "--lr", args.lr, strict=True)
+    finite(ap, "--keep", args.keep)
+    finite(ap, "--temperature", args.temperature)
     config = ppo.PPOConfig.from_dict(json.loads((args.run / "config.json").read_text())["ppo"])
+    if config.formats * config.codes > 1:  # the per-batch optima below are FP16-only
+        ap.error(f"--run {str(args.run)!r}: trained with formats or codes (cost model 2.0); "
+                 "this script compares with FP16-only optima")  # fmt: skip
     setup = ppo.make_setup(config)
     template = ppo.init_runner(setup, jax.random.key(config.seed))
     runner, _ = load_checkpoint(args.run / args.start, template)

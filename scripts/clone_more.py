@@ -113,12 +113,18 @@ def main(argv=None) -> dict:
     ap.add_argument("--samples", type=int, default=64)
     ap.add_argument("--held-out", type=int, default=256)
     args = ap.parse_args(argv)
+    from _main import at_least  # scripts/ is on sys.path (Python puts it there)
+
+    for opt, v in (("--rounds", args.rounds), ("--steps", args.steps),
+                   ("--held-out", args.held_out)):  # fmt: skip
+        at_least(ap, opt, v, 1)
+    at_least(ap, "--samples", args.samples, 0)
     doc = run(args.run, args.labels, args.rounds, args.steps, args.samples, args.held_out)
     print("wrote", write_json(args.run / f"clone_more_{args.labels}.json", doc))
     return doc
 
 
 if __name__ == "__main__":
-    from _main import run  # scripts/ is the program's sys.path[0]
+    from _main import run as run_main  # (this script has its own `run`)
 
-    run(main)
+    run_main(main)

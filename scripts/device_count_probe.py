@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 import time
 from pathlib import Path
@@ -30,6 +29,7 @@ import hetjax as hj
 from hetjax.agents import ppo, report, teachers
 from hetjax.compare import gap_pct
 from hetjax.hardware.presets import PresetSpec
+from hetjax.io import write_json
 
 CASES = {
     "T4 + 310P (edge)": ("t4", "ascend310p"),
@@ -63,6 +63,17 @@ def main(argv=None) -> None:
     ap.add_argument("--d-max", type=int, default=3, help="the policy's device slots")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
+    from _main import at_least, finite, presets  # scripts/ is on sys.path (Python puts it there)
+
+    for opt, v in (("--steps", args.steps), ("--teacher-platforms", args.teacher_platforms),
+                   ("--held-out", args.held_out)):  # fmt: skip
+        at_least(ap, opt, v, 1)
+    finite(ap, "--spread", args.spread, 1.0)
+    for opt, names in (("--train", args.train), ("--test", args.test)):
+        for name in presets(ap, opt, names):
+            devices = hj.hardware.preset(name).d_max
+            if devices > args.d_max:
+                ap.error(f"--d-max {args.d_max}: {opt} preset {name!r} has {devices} devices")
     train = args.train.split(",")
     config = ppo.PPOConfig(
         model="bert-base", platform=train[0], platforms=tuple(train[1:]), d_max=args.d_max,
@@ -117,7 +128,7 @@ def main(argv=None) -> None:
     if args.json is not None:
         doc = {"command": "scripts/device_count_probe.py " + " ".join(sys.argv[1:]),
                "config": config.to_dict(), "cases": rows, "greedy_gap_pct": gaps}  # fmt: skip
-        args.json.write_text(json.dumps(doc, indent=1) + "\n")
+        write_json(args.json, doc)  # atomic
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ Pareto front with and without formats.
     PYTHONPATH=. .venv/bin/python scripts/formats_report.py [--models bert-base,gpt2,tinyllama-1.1b]
         [--presets edge,soc,datacenter,host3] [--budget 1.0] [--out docs/results/formats]
         [--time-limit SECONDS] [--fp16-time-limit SECONDS] [--resume]
+        [--front-model bert-mini] [--front-preset edge] [--front-only]
 
 For every (model, preset): `hj.exact.optimal_score` FP16-only and with formats (0, 1, 2) and
 codes (0, 1, 2) within `--budget` accuracy points (default score weights, batches 1..32), the
@@ -134,7 +135,7 @@ def front(model: str, preset: str, budget: float, out: Path) -> dict:
 
 
 def main(argv=None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     ap.add_argument("--models", default="bert-base,gpt2,tinyllama-1.1b")
     ap.add_argument("--presets", default="edge,soc,datacenter,host3")
     ap.add_argument("--budget", type=float, default=1.0)
@@ -158,6 +159,13 @@ def main(argv=None) -> dict:
         help="seconds per FP16-only search (default: none, exact)",
     )
     args = ap.parse_args(argv)
+    from _main import finite, models, presets  # scripts/ is on sys.path (Python puts it there)
+
+    models(ap, "--models", args.models)
+    presets(ap, "--presets", args.presets)
+    models(ap, "--front-model", args.front_model)
+    presets(ap, "--front-preset", args.front_preset)
+    finite(ap, "--budget", args.budget)
     for name in ("time_limit", "fp16_time_limit"):
         value = getattr(args, name)
         if value is not None and not value > 0:
@@ -172,6 +180,9 @@ def main(argv=None) -> dict:
         sys.exit(2)
     if args.front_only:
         doc = json.loads(path.read_text())
+        if doc.get("budget") != args.budget:  # the fronts beside rows of another budget
+            ap.error(f"--front-only: {path} has budget {doc.get('budget')}, not --budget "
+                     f"{args.budget:g}")  # fmt: skip
         doc["pareto"] = front(args.front_model, args.front_preset, args.budget, args.out)
         write_json(path, doc)
         print("wrote", path, args.out / "pareto.png")

@@ -42,6 +42,9 @@ def breakdown(run: Path, n: int) -> dict:
     if not config_path.exists():
         raise CheckpointError(f"{run}: no config.json (not a `hetjax train` run directory)")
     config = ppo.PPOConfig.from_dict(json.loads(config_path.read_text())["ppo"])
+    if config.formats * config.codes > 1:  # the per-batch optima below are FP16-only
+        raise CheckpointError(f"{run}: trained with formats or codes (cost model 2.0); this "
+                              "script splits FP16-only gaps")  # fmt: skip
     setup = ppo.make_setup(config)
     template = ppo.init_runner(setup, jax.random.key(config.seed))
     runner, _ = load_checkpoint(run / "best.msgpack", template)
@@ -88,6 +91,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--run", type=Path, default=Path("runs/demo"))
     ap.add_argument("--held-out", type=int, default=256)
     args = ap.parse_args(argv)
+    from _main import at_least  # scripts/ is on sys.path (Python puts it there)
+
+    at_least(ap, "--held-out", args.held_out, 1)
     doc = breakdown(args.run, args.held_out)
     table = Table(title=f"greedy policy of {args.run}: mean gap on {args.held_out} platforms")
     for col in ("part", "mean gap %"):

@@ -53,6 +53,9 @@ def main() -> None:
     ap.add_argument("--explain", action="store_true", help="per block kind op counts and times")
     ap.add_argument("--out", type=Path, default=None, help="also write the rows as JSON here")
     args = ap.parse_args()
+    from _main import models  # scripts/ is on sys.path (Python puts it there)
+
+    models(ap, "--models", args.models)
     rows = []
     out = args.dir or Path(tempfile.mkdtemp(prefix="hetjax-onnx-"))
     worst = (0.0, "")

@@ -22,6 +22,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
+from hetjax.io import atomic_write_text
+
 
 def progress(out: Path, elapsed: float | None = None) -> dict:
     """The summary dict of sweep folder `out` (see the module docstring)."""
@@ -72,7 +74,7 @@ def main(argv=None) -> None:
     text = json.dumps(doc, indent=1)
     print(text)
     if args.json is not None:
-        args.json.write_text(text + "\n")
+        atomic_write_text(args.json, text + "\n")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
     .venv/bin/python scripts/zero_shot_probe.py [--descriptors absolute|relative] [--seed 0]
         [--spread 2.0] [--steps 3000] [--teacher-platforms 2048] [--test-n 32]
         [--cache /tmp/zero_shot_probe] [--json FILE] [--random-models K]
-        [--ties as_solved|lexmin]
+        [--random-seed 0] [--ties as_solved|lexmin]
 
 Clones (`ppo.make_imitation`, no PPO: a probe, not a job; the default job's deepsets network,
 width 128) the exact optima of `--teacher-platforms` platforms sampled around `edge` and
@@ -109,6 +109,13 @@ def main(argv=None) -> dict:
     ap.add_argument("--random-seed", type=int, default=0)
     ap.add_argument("--ties", default="as_solved", choices=ppo.TIES)
     args = ap.parse_args(argv)
+    from _main import at_least, finite  # scripts/ is on sys.path (Python puts it there)
+
+    for opt, v in (("--steps", args.steps), ("--teacher-platforms", args.teacher_platforms),
+                   ("--test-n", args.test_n)):  # fmt: skip
+        at_least(ap, opt, v, 1)
+    at_least(ap, "--random-models", args.random_models, 0)
+    finite(ap, "--spread", args.spread, 1.0)
     args.cache.mkdir(parents=True, exist_ok=True)
     train = [_model(m, args.cache) for m in TRAIN_MODELS]
     for cfg in random_configs(args.random_models, args.random_seed):

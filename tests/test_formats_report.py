@@ -15,7 +15,7 @@ def report(monkeypatch):
 
     def one(model, preset, budget, time_limit=None, fp16_time_limit=None):
         calls.append((model, preset))
-        if preset == "boom":  # a run killed during this row
+        if preset == "host4":  # a run killed during this row
             raise KeyboardInterrupt
         m = {"score": 1.0, "latency_s": 1e-3, "quality_loss": 0.5, "search_s": 0.1}
         f = dict(m)
@@ -35,21 +35,23 @@ def report(monkeypatch):
 def test_a_killed_run_keeps_its_rows_and_resume_adds_only_the_missing(report, tmp_path, capsys):
     module, calls = report
     with pytest.raises(KeyboardInterrupt):
-        module.main(["--models", "m1,m2", "--presets", "edge,boom", "--out", str(tmp_path)])
+        module.main(["--models", "bert-tiny,bert-mini", "--presets", "edge,host4",
+                     "--out", str(tmp_path)])  # fmt: skip
     doc = json.loads((tmp_path / "formats.json").read_text())
-    assert [(r["model"], r["preset"]) for r in doc["rows"]] == [("m1", "edge")]
+    assert [(r["model"], r["preset"]) for r in doc["rows"]] == [("bert-tiny", "edge")]
     assert "pareto" not in doc  # drawn last
     calls.clear()
-    doc = module.main(["--models", "m1,m2", "--presets", "edge,soc", "--out", str(tmp_path),
-                       "--resume"])  # fmt: skip
-    assert calls == [("m1", "soc"), ("m2", "edge"), ("m2", "soc")]  # m1/edge kept
+    doc = module.main(["--models", "bert-tiny,bert-mini", "--presets", "edge,soc",
+                       "--out", str(tmp_path), "--resume"])  # fmt: skip
+    tiny, mini = "bert-tiny", "bert-mini"
+    assert calls == [(tiny, "soc"), (mini, "edge"), (mini, "soc")]  # bert-tiny/edge kept
     assert [(r["model"], r["preset"]) for r in doc["rows"]] == [
-        ("m1", "edge"), ("m1", "soc"), ("m2", "edge"), ("m2", "soc")]  # fmt: skip
+        (tiny, "edge"), (tiny, "soc"), (mini, "edge"), (mini, "soc")]  # fmt: skip
     assert doc["pareto"] == {"drawn": 3}
     assert json.loads((tmp_path / "formats.json").read_text()) == doc
     # a resumed run keeps the fronts already drawn; a finished grid searches nothing
     calls.clear()
-    again = module.main(["--models", "m1", "--presets", "edge", "--out", str(tmp_path),
+    again = module.main(["--models", "bert-tiny", "--presets", "edge", "--out", str(tmp_path),
                          "--resume"])  # fmt: skip
     assert calls == [] and again == doc
     # another budget than the file's: one line, exit 2, nothing written
@@ -65,12 +67,12 @@ def test_a_killed_run_keeps_its_rows_and_resume_adds_only_the_missing(report, tm
 
 def test_time_limit_rows_print_their_bound_and_a_bad_limit_is_refused(report, tmp_path, capsys):
     module, calls = report
-    doc = module.main(["--models", "m1", "--presets", "edge", "--out", str(tmp_path),
+    doc = module.main(["--models", "bert-tiny", "--presets", "edge", "--out", str(tmp_path),
                        "--time-limit", "30"])  # fmt: skip
     assert doc["rows"][0]["formats"]["time_limit_s"] == 30.0
     assert doc["rows"][0]["fp16"].get("optimal", True)  # FP16-only: exact unless limited too
     assert "1.000 (<= 1.250)" in capsys.readouterr().out  # the plan found, then the bound
-    doc = module.main(["--models", "m1", "--presets", "soc", "--out", str(tmp_path / "both"),
+    doc = module.main(["--models", "bert-tiny", "--presets", "soc", "--out", str(tmp_path / "both"),
                        "--time-limit", "30", "--fp16-time-limit", "60"])  # fmt: skip
     assert doc["rows"][0]["fp16"]["time_limit_s"] == 60.0
     assert "fp16 1.000 (<= 1.500)" in capsys.readouterr().out

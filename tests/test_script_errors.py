@@ -39,6 +39,13 @@ def test_run_turns_hetjax_errors_and_missing_files_into_one_line(capsys):
     (["scripts/onnx_exact.py", "--models", "nosuch"], "nosuch"),
     (["scripts/bound_gap.py", "--presets", "edge,edgy", "--out", "OUT"], "edgy"),
     (["scripts/bound_gap.py", "--n", "0", "--out", "OUT"], "--n 0"),
+    # each refused before any work (the outside review of 2026-11-28 found these late or raw)
+    (["scripts/clone_more.py", "--run", "/nonexistent-run"], "/nonexistent-run"),
+    (["scripts/zero_shot_probe.py", "--test-n", "0", "--cache", "OUT"], "--test-n 0"),
+    (["scripts/device_count_probe.py", "--test", "edge,nosuch", "--json", "OUT"], "'nosuch'"),
+    (["scripts/formats_report.py", "--presets", "edge,nosuch", "--out", "OUT"], "'nosuch'"),
+    (["scripts/batch_fit.py", "--run", "/tmp", "--lr", "nan"], "--lr nan"),
+    (["scripts/ablate_seeds.py", "--seeds", "0", "--out", "OUT"], "--seeds 0"),
 ])  # fmt: skip
 def test_a_script_given_bad_input_prints_one_line_and_exits_2(argv, words, tmp_path):
     out = tmp_path / "out.json"
