@@ -15,6 +15,7 @@ with fuse=False (the graphs as they were before fusion).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import tempfile
 from pathlib import Path
 
@@ -56,8 +57,22 @@ def main() -> None:
     from _main import models  # scripts/ is on sys.path (Python puts it there)
 
     models(ap, "--models", args.models)
+    with contextlib.ExitStack() as stack:  # without --dir the exports (GBs) are removed after
+        out = args.dir or Path(stack.enter_context(tempfile.TemporaryDirectory(
+            prefix="hetjax-onnx-")))  # fmt: skip
+        rows, worst = _rows(args, out)
+    print(f"worst relative difference: {worst[0]:.2%} ({worst[1]})")
+    if args.out is not None:
+        from hetjax.io import write_json
+
+        write_json(args.out, {"command": "scripts/onnx_exact.py", "fuse": not args.no_fuse,
+                              "tokens": 128, "dtype": "float16", "rows": rows})  # fmt: skip
+        print(f"wrote {args.out}")
+
+
+def _rows(args, out: Path):
+    """Every model's export in `out` (made once) against the built-in graph on each preset."""
     rows = []
-    out = args.dir or Path(tempfile.mkdtemp(prefix="hetjax-onnx-"))
     worst = (0.0, "")
     for name in args.models:
         path = out / f"{name}.onnx"
@@ -84,13 +99,7 @@ def main() -> None:
                   f"T_ref onnx {t_onnx * 1e3:.3f} ms built-in {t_b * 1e3:.3f} ms")  # fmt: skip
             if args.explain:
                 _explain(g, b, preset)
-    print(f"worst relative difference: {worst[0]:.2%} ({worst[1]})")
-    if args.out is not None:
-        from hetjax.io import write_json
-
-        write_json(args.out, {"command": "scripts/onnx_exact.py", "fuse": not args.no_fuse,
-                              "tokens": 128, "dtype": "float16", "rows": rows})  # fmt: skip
-        print(f"wrote {args.out}")
+    return rows, worst
 
 
 if __name__ == "__main__":
