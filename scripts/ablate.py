@@ -58,6 +58,13 @@ def main(argv=None) -> None:
 
     at_least(ap, "--held-out", args.held_out, 1)
     console = Console()
+    # variants measured by an earlier call (another --variants) stay in the summary; read
+    # first, so that a broken file stops the call before any training
+    summary = args.out / "ablations.json"
+    try:
+        earlier = json.loads(summary.read_text()) if summary.exists() else {}
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        ap.error(f"--out {str(args.out)!r}: its ablations.json is not this script's ({err})")
     results = {}
     for name in args.variants:
         config = dataclasses.replace(PPOConfig(), **VARIANTS[name])
@@ -92,21 +99,20 @@ def main(argv=None) -> None:
             "held_out_best_of_k_mean_gap_pct": sampled["mean_gap_pct"],
             "preset_gap_pct": doc["preset"].get("greedy_gap_pct", doc["preset"]["gap_pct"]),
             "wall_s": doc["training"]["wall_s"],
+            "held_out": held["n"],  # entries of earlier calls may have another count
         }
-    # variants measured by an earlier call (another --variants) stay in the summary
-    summary = args.out / "ablations.json"
-    earlier = json.loads(summary.read_text()) if summary.exists() else {}
     results = {**{k: v for k, v in earlier.items() if k in VARIANTS and k not in results},
                **results}  # fmt: skip
     table = Table(title="ablations: greedy policy's gap to the exact optimum (%)")
-    for col in ("variant", "val after imitation", "val at end", "held-out mean",
+    for col in ("variant", "held out", "val after imitation", "val at end", "held-out mean",
                 "held-out median", "within 1 %", "preset", "held-out best of 16",
                 "train wall s"):  # fmt: skip
         table.add_column(col, justify="right")
     for name, r in results.items():
         curve = r["val_gap_curve"]
         first = f"{curve[0][1]:.2f}" if VARIANTS[name].get("imitation_steps", 1) else "-"
-        table.add_row(name, first, f"{curve[-1][1]:.2f}", f"{r['held_out_mean_gap_pct']:.2f}",
+        table.add_row(name, str(r.get("held_out", "?")), first, f"{curve[-1][1]:.2f}",
+                      f"{r['held_out_mean_gap_pct']:.2f}",
                       f"{r['held_out_median_gap_pct']:.2f}",
                       f"{100 * r['held_out_within_1pct']:.0f}%", f"{r['preset_gap_pct']:.2f}",
                       f"{r.get('held_out_best_of_k_mean_gap_pct', float('nan')):.2f}",

@@ -70,8 +70,10 @@ def main(argv=None) -> dict:
                          lr=args.lr, minibatch=args.minibatch, samples=args.samples,
                          temperature=args.temperature)  # fmt: skip
     fitted, jfit = runner.params, jax.jit(fit)
+    per_round = []  # (first loss, last loss) of every round
     for r in range(args.rounds):
         fitted, info = jfit(fitted, jax.random.fold_in(key_streams(config.seed)["batch_fit"], r))
+        per_round.append([float(info.loss[0]), float(info.loss[-1])])
     jax.block_until_ready(fitted)
     fit_s = time.perf_counter() - t0  # compiling included
     curve, labels = np.asarray(info.loss), np.asarray(info.labels)
@@ -88,7 +90,9 @@ def main(argv=None) -> dict:
            "samples": args.samples, "rounds": args.rounds,
            "temperature": args.temperature, "start": args.start,
            "held_out": args.held_out, "fit_wall_s": fit_s,
+           # the last round's loss and labels; every round's first and last loss below
            "loss_first_last": [float(curve[0]), float(curve[-1])],
+           "loss_first_last_per_round": per_round,
            "train_label_counts": np.bincount(np.asarray(labels), minlength=k).tolist()}  # fmt: skip
     for name, params in (("before", runner.params), ("after", fitted)):
         greedy, actions = ppo.greedy_rollout(setup, params, jax.random.fold_in(key, 1), held)

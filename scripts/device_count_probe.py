@@ -126,7 +126,8 @@ def main(argv=None) -> None:
         gaps[preset] = float(np.mean(gap_pct(_greedy(s, runner.params, ps)[0], opt)))
         print(f"{preset}: mean greedy gap {gaps[preset]:.2f}% ({args.held_out} platforms)")
     if args.json is not None:
-        doc = {"command": "scripts/device_count_probe.py " + " ".join(sys.argv[1:]),
+        given = sys.argv[1:] if argv is None else list(argv)  # as called, also in-process
+        doc = {"command": "scripts/device_count_probe.py " + " ".join(given),
                "config": config.to_dict(), "cases": rows, "greedy_gap_pct": gaps}  # fmt: skip
         write_json(args.json, doc)  # atomic
 
