@@ -101,17 +101,18 @@ def check_graph_and_platform(where: str, graph, platform, *, single: bool = True
     validate_once(platform, validate_platform)
 
 
-def check_reference_fits(where: str, graph, platform, b_ref: float = 1.0) -> None:
+def check_reference_fits(where: str, graph, platform, b_ref: float = 1.0, *,
+                         error: type[Exception] = PlatformError) -> None:  # fmt: skip
     """SPEC: where a graph meets a platform, the reference plan (every op on device 0 at
     `b_ref`, FP16) must fit device 0's memory: every score is relative to it (an infeasible
-    reference makes every score +inf). `PlatformError` when it does not; checked only on
-    concrete (untraced) single inputs."""
+    reference makes every score +inf). `error` (default `PlatformError`) when it does not;
+    checked only on concrete (untraced) single inputs."""
     if traced((graph, platform)) or graph.batch_shape or platform.batch_shape:
         return
     need = reference_bytes(graph, b_ref)
     cap = float(np.asarray(platform.mem_capacity)[0])
     if need > cap:
-        raise PlatformError(
+        raise error(
             f"{where}: platform.mem_capacity[0] = {cap:.6g} bytes: the reference plan (every "
             f"op on device 0 at batch {b_ref:g}) needs {need:.6g} bytes, and every score is "
             "relative to it"

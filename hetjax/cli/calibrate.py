@@ -85,14 +85,11 @@ def _model_files(option: str, models: list[str]) -> set[str]:
     names = set(hj.onnx.DEFAULT_DIMS)
     seen: dict[str, str] = {}
     for m in models:
-        # a built-in name (or the probe's) means the model even where a file or folder of
-        # that name exists ("./NAME" for the file), as the library reads it
-        builtin = m in hj.graphs.MODELS or m == WEIGHT_PROBE
-        key = m if builtin else os.path.realpath(m)
+        key = _model_key(m)
         if key in seen:
             raise checks.OptionError(f"{option} {m!r}: given twice (as {seen[key]!r} too)")
         seen[key] = m
-        if builtin:
+        if m in hj.graphs.MODELS or m == WEIGHT_PROBE:  # a name, not a file
             continue
         with checks.naming(option, m):
             if Path(m).is_dir():
@@ -106,16 +103,20 @@ def _model_files(option: str, models: list[str]) -> set[str]:
     return names
 
 
-def _same_models(fit: list[str], test: list[str]) -> list[str]:
-    """Models in both lists, a file by its real path (`a.onnx` and `./a.onnx` are one)."""
+def _model_key(m: str) -> str:
+    """What a model argument names: a built-in name (or the probe's) the model even where a
+    file or folder of that name exists ("./NAME" for the file), as the library reads it; a
+    file its real path (`a.onnx` and `./a.onnx` are one)."""
     import hetjax as hj
     from hetjax.onnx.calibrate import WEIGHT_PROBE
 
-    def key(m):
-        return m if m in hj.graphs.MODELS or m == WEIGHT_PROBE else os.path.realpath(m)
+    return m if m in hj.graphs.MODELS or m == WEIGHT_PROBE else os.path.realpath(m)
 
-    test_keys = {key(m) for m in test}
-    return sorted(m for m in fit if key(m) in test_keys)
+
+def _same_models(fit: list[str], test: list[str]) -> list[str]:
+    """Models in both lists, by `_model_key`."""
+    test_keys = {_model_key(m) for m in test}
+    return sorted(m for m in fit if _model_key(m) in test_keys)
 
 
 def _used_dims(dims: dict[str, int], names: set[str]) -> None:

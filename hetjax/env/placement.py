@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from hetjax._validation import reference_bytes
+from hetjax._validation import check_reference_fits
 from hetjax.cost import (
     DEFAULT_WEIGHTS,
     Metrics,
@@ -673,7 +673,8 @@ class PlacementEnv(Environment):
                 if bad:
                     raise PlanError(f"make_params: {name} = {v!r} is out of range")
         if not _is_traced((graph, platform, b_ref)):
-            _check_reference_fits(graph, platform, float(np.asarray(b_ref)))
+            check_reference_fits("make_params", graph, platform, float(np.asarray(b_ref)),
+                                 error=PlanError)  # fmt: skip
         # the environment computes in float32, also with jax_enable_x64 (e.g. sampled platforms)
         graph, platform = _float32(graph), _float32(platform)
         return self._build_params(
@@ -1369,17 +1370,6 @@ def _first_devices(platform: Platform, k: int) -> Platform:
         x = getattr(platform, f.name)
         sliced[f.name] = x[:k, :k] if f.name.startswith("link_") else x[:k]
     return platform.replace(**sliced)
-
-
-def _check_reference_fits(graph: LayerGraph, platform: Platform, b_ref: float) -> None:
-    """SPEC: where a graph meets a platform, the reference plan must fit device 0's memory."""
-    need = reference_bytes(graph, b_ref)
-    cap = float(np.asarray(platform.mem_capacity)[0])
-    if need > cap:
-        raise PlanError(
-            f"the reference plan (every op on device 0 at batch {b_ref:g}) needs {need:.4g} "
-            f"bytes but device 0 has {cap:.4g}: this graph does not fit this platform"
-        )
 
 
 def _device_descriptors(p: Platform, kind: str = "absolute") -> jax.Array:

@@ -690,13 +690,8 @@ def _resolve_models(models: Sequence, workdir: str) -> list[tuple[str, object, s
         elif isinstance(m, str) and m in MODELS:  # before files: "./bert-tiny" for a file
             path = str(export_transformer(m, Path(workdir) / f"{m}.onnx"))
             out.append((m, path, f"{m} (built in; hj.onnx.export_transformer({m!r}, path))"))
-        elif os.path.isfile(str(m)):
+        else:  # an existing file (`_check_models` refused anything else)
             out.append((Path(m).stem, str(m), None))
-        else:
-            raise OnnxImportError(
-                f"{m!r}: no such ONNX file and not a built-in model ({', '.join(MODELS)}) "
-                f"or {WEIGHT_PROBE!r}"
-            )
     return out
 
 
