@@ -9,13 +9,16 @@ Gym-style loop would). The vectorised runs step B environments (B = 1, 1024, 163
 observation is reduced to a checksum so that none of it is optimised away). Every environment
 has its own sampled platform (a pool of `--pool` platforms around the preset, repeated to B).
 A row mixes models of different sizes (padded), so that episodes end at different steps; the
-last rows use the environment sized to the model and preset (`PlacementEnv.sized_for`).
+last rows use the environment sized to the model and preset (`PlacementEnv.sized_for`), then
+the same with the observation's lookahead group (`lookahead=True`; `vs_without_lookahead` in
+its vmap row is the ratio to the row before it, same run).
 Writes benchmarks/results/env.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import sys
 import time
@@ -170,6 +173,17 @@ def main(argv=None) -> dict:
                      speedup=1.0, compile_s=0.0))  # fmt: skip
     vectorised("vmap + scan", tile(pool, b_mixed), b_mixed)
     sized = {f: getattr(env, f) for f in ("n_max", "m_max", "d_max", "num_batches", "l_max")}
+    without = rows[-1]["steps_per_s"]
+
+    # the same with the observation's lookahead group (PlacementEnv(lookahead=True))
+    env = dataclasses.replace(env, lookahead=True)
+    env_label = "sized_for + lookahead"
+    pool = jax.vmap(env.make_params, in_axes=(None, 0))(graph, platforms)
+    py_rate = python_loop(env, jax.tree.map(lambda x: x[0], pool), args.python_steps)
+    rows.append(dict(env=env_label, mode="Python loop, one env", B=1, steps_per_s=py_rate,
+                     speedup=1.0, compile_s=0.0))  # fmt: skip
+    vectorised("vmap + scan", tile(pool, b_mixed), b_mixed)
+    rows[-1]["vs_without_lookahead"] = rows[-1]["steps_per_s"] / without
 
     table = Table(title=f"PlacementEnv steps/s: {args.model} on sampled '{args.platform}' "
                   f"platforms, random legal actions")  # fmt: skip

@@ -2,7 +2,8 @@
 
     .venv/bin/python scripts/device_count_probe.py [--encoder device] [--steps 1500]
         [--teacher-platforms 1024] [--spread 2.0] [--held-out 16] [--train edge,datacenter]
-        [--test edge,soc,host3] [--teacher exact|cem|...] [--d-max 3] [--json FILE]
+        [--test edge,soc,host3] [--teacher exact|cem|...] [--d-max 3] [--lookahead]
+        [--json FILE]
 
 Clones the `--teacher`'s plans (default: the exact optimum; a baseline name such as cem for
 presets of four devices, whose exact optimum is slow) of `--teacher-platforms` platforms
@@ -11,7 +12,8 @@ sampled around the `--train` presets (`--d-max` device slots; bert-base, `--step
 then prints the greedy plan (batch, blocks per device, SPEC score) beside the exact optimum
 on single platforms built from the device catalogue: the two training kinds, a CPU added to
 them, a third device of a seen kind; and the mean greedy gap on `--held-out` platforms sampled
-around each `--test` preset.
+around each `--test` preset. `--lookahead` adds the observation's lookahead group
+(`PPOConfig.lookahead`).
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ def main(argv=None) -> None:
     ap.add_argument("--test", default="edge,soc,host3", help="presets of the gap rows")
     ap.add_argument("--teacher", default="exact", help="exact or a baseline strategy's name")
     ap.add_argument("--d-max", type=int, default=3, help="the policy's device slots")
+    ap.add_argument("--lookahead", action="store_true", help="the lookahead feature group")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
     from _main import at_least, finite, presets  # scripts/ is on sys.path (Python puts it there)
@@ -80,6 +83,7 @@ def main(argv=None) -> None:
         spread=args.spread, encoder=args.encoder, imitation_teacher=args.teacher, width=128,
         head_width=64,
         imitation_steps=args.steps, imitation_platforms=args.teacher_platforms,
+        lookahead=args.lookahead,
     )  # fmt: skip
     t0 = time.perf_counter()
     setup = ppo.make_setup(config)

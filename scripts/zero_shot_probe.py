@@ -3,7 +3,7 @@
     .venv/bin/python scripts/zero_shot_probe.py [--descriptors absolute|relative] [--seed 0]
         [--spread 2.0] [--steps 3000] [--teacher-platforms 2048] [--test-n 32]
         [--cache /tmp/zero_shot_probe] [--json FILE] [--random-models K]
-        [--random-seed 0] [--ties as_solved|lexmin]
+        [--random-seed 0] [--ties as_solved|lexmin] [--lookahead]
 
 Clones (`ppo.make_imitation`, no PPO: a probe, not a job; the default job's deepsets network,
 width 128) the exact optima of `--teacher-platforms` platforms sampled around `edge` and
@@ -22,6 +22,10 @@ shapes, `random_configs`: BERT, GPT-2 and LLaMA layouts, 2-24 layers, widths 256
 test model's shape and never a ViT), registered in `hj.graphs.MODELS` for this process only
 under the names `rand-<arch>-<layers>x<width>`. The teacher's platforms stay the same; each
 platform draws its model from the larger mixture.
+
+`--lookahead` adds the observation's "lookahead" group (`PPOConfig.lookahead`,
+`hetjax.env.lookahead`: what each device choice does to the fluid bottleneck and the estimated
+score); the teacher's cache is shared with the runs without it.
 
 `--ties lexmin` clones the canonical plan among each teacher plan's ties
 (`PPOConfig.imitation_ties`, `teachers.canonical_ties`) instead of the plan as solved.
@@ -108,6 +112,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--random-models", type=int, default=0, help="random shapes to add")
     ap.add_argument("--random-seed", type=int, default=0)
     ap.add_argument("--ties", default="as_solved", choices=ppo.TIES)
+    ap.add_argument("--lookahead", action="store_true", help="the lookahead feature group")
     args = ap.parse_args(argv)
     from _main import at_least, finite  # scripts/ is on sys.path (Python puts it there)
 
@@ -125,7 +130,7 @@ def main(argv=None) -> dict:
         model=train[0], models=tuple(train[1:]), platform="edge", platforms=("datacenter",),
         width=128, head_width=64, imitation_steps=args.steps,
         imitation_platforms=args.teacher_platforms, descriptors=args.descriptors,
-        seed=args.seed, spread=args.spread, imitation_ties=args.ties,
+        seed=args.seed, spread=args.spread, imitation_ties=args.ties, lookahead=args.lookahead,
     )  # fmt: skip
     setup = ppo.make_setup(config)
     t0 = time.perf_counter()

@@ -48,10 +48,12 @@ def _permute(obs, perm, env):
     d, k = env.d_max, env.num_batches
     f = np.array(obs.features)
     at = 0
-    for name, size in feature_sizes(k, d, env.formats, env.codes):
+    for name, size in feature_sizes(k, d, env.formats, env.codes, env.lookahead):
         g = f[at : at + size]
         if name in PER_DEVICE:
             g[:] = g[perm]
+        elif name == "lookahead":  # columns of D
+            g[:] = g.reshape(-1, d)[:, perm].reshape(-1)
         elif name == "batch_table":
             g[:] = g.reshape(k, d)[:, perm].reshape(-1)
         elif name in ("devices", "fmt_time"):
@@ -77,6 +79,32 @@ def test_cached_path_equals_the_full_recomputation(setup, rollout):
 
 
 def test_permuting_devices_permutes_the_logits(setup, rollout):
+    check_equivariant(setup, rollout)
+    # the other encoders are not equivariant: the test can tell
+    env, traj = setup.env, rollout[2]
+    d = env.d_max
+    other = ppo.make_setup(dataclasses.replace(DEVICE, encoder="episode"))
+    p2 = jax.jit(lambda k: ppo.init_runner(other, k))(jax.random.key(0)).params
+    obs = jax.tree.map(lambda x: np.asarray(x[1, 0]), traj.obs)
+    a = np.asarray(other.network.apply(p2, obs)[0])
+    b = np.asarray(other.network.apply(p2, _permute(obs, np.array([1, 0, 2]), env))[0])
+    assert not np.allclose(b[:d], a[:d][[1, 0, 2]], atol=1e-5)
+
+
+def test_with_lookahead_the_group_is_read_per_device_each_step():
+    """`lookahead=True`: the group (columns of D) follows the static part and is read per step
+    and per device: the cached path equals the full recomputation, and permuting the device
+    slots still permutes the logits."""
+    s = ppo.make_setup(dataclasses.replace(DEVICE, lookahead=True))
+    assert s.network.static_to == s.env.feature_layout["lookahead"].start
+    rollout = _rollout(s)
+    test_episode_net.check_cached_path(s, rollout)
+    check_equivariant(s, rollout)
+
+
+def check_equivariant(setup, rollout):
+    """Permuting an observation's device slots permutes the block step's logits and leaves
+    the batch step's logits and the value alone."""
     runner, _, traj = rollout
     env, net = setup.env, setup.network
     d = env.d_max
@@ -99,13 +127,6 @@ def test_permuting_devices_permutes_the_logits(setup, rollout):
                 np.testing.assert_allclose(got[legal], want[legal], rtol=1e-4, atol=1e-5)
                 checked += 1
     assert checked >= 8
-    # the other encoders are not equivariant: the test can tell
-    other = ppo.make_setup(dataclasses.replace(DEVICE, encoder="episode"))
-    p2 = jax.jit(lambda k: ppo.init_runner(other, k))(jax.random.key(0)).params
-    obs = jax.tree.map(lambda x: np.asarray(x[1, 0]), traj.obs)
-    a = np.asarray(other.network.apply(p2, obs)[0])
-    b = np.asarray(other.network.apply(p2, _permute(obs, np.array([1, 0, 2]), env))[0])
-    assert not np.allclose(b[:d], a[:d][[1, 0, 2]], atol=1e-5)
 
 
 def test_the_same_parameters_apply_to_any_device_slots(setup, rollout):

@@ -89,6 +89,20 @@ def test_with_formats_the_per_step_groups_are_read_at_every_step():
         dataclasses.replace(cfg, episode_dynamic_formats=1)
 
 
+def test_with_lookahead_the_group_is_read_at_every_step():
+    """The observation's "lookahead" group (`PPOConfig.lookahead`) changes at every step and
+    comes after the static part: the episode encoder reads it per step, so its cached path
+    equals the full recomputation."""
+    s = ppo.make_setup(dataclasses.replace(EPISODE, lookahead=True))
+    assert s.network.static_to == s.env.feature_layout["lookahead"].start
+    runner = jax.jit(lambda k: ppo.init_runner(s, k))(jax.random.key(0))
+    params = ppo._env_params(s, ppo.sample_platforms(s, jax.random.key(1), 8))
+    traj = jax.jit(lambda p, k, e: ppo._rollout(s, p, k, e, 0.15))(
+        runner.params, jax.random.key(2), params
+    )
+    check_cached_path(s, (runner, params, traj))
+
+
 def test_what_is_encoded_does_not_change_after_the_batch_step(setup, rollout):
     """The context of every block step equals the first block step's: the observation's
     static parts are what the environment says they are."""

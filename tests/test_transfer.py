@@ -282,6 +282,29 @@ def test_train_command_passes_the_zero_shot_grid(tmp_path, monkeypatch, capsys, 
     assert seen["zero_shot"] == want
 
 
+@pytest.mark.parametrize("args, want", [((), False), (("--lookahead",), True)])
+def test_train_command_passes_lookahead(tmp_path, monkeypatch, args, want):
+    """`hetjax train --lookahead` trains with the observation's lookahead group; without it
+    the config keeps the default (False)."""
+    from hetjax.agents import jobs
+
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def fake(config, out, **kw):
+        seen["config"] = config
+        raise Stop
+
+    monkeypatch.setattr(jobs, "train_job", fake)
+    monkeypatch.setattr(sys, "argv", ["hetjax", "train", "--out", str(tmp_path / "r"), *args])
+    with pytest.raises(Stop):
+        cli.main()
+    assert seen["config"].lookahead is want
+    assert ppo.make_setup(seen["config"]).env.lookahead is want
+
+
 @pytest.mark.parametrize("finished", [False, True])
 def test_train_command_says_wrote_only_when_it_wrote(tmp_path, monkeypatch, capsys, finished):
     """A resumed run that had finished rewrites nothing (train_job returns its report): the

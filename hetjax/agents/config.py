@@ -60,6 +60,9 @@ class PPOConfig:
     # the observation's device and link numbers (`PlacementEnv.descriptors`): "absolute"
     # (fixed units) or "relative" (centred on the platform's mean device and link)
     descriptors: str = "absolute"
+    # the observation's "lookahead" group (`PlacementEnv.lookahead`, hetjax.env.lookahead): what
+    # each device choice of the current block does to the fluid bottleneck and estimated score
+    lookahead: bool = False
     weights: tuple[float, float, float] = (0.6, 0.3, 0.1)  # SPEC score (alpha, beta, gamma)
     batches: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
     num_envs: int = 512  # parallel environments, each on its own sampled platform
@@ -260,7 +263,7 @@ def _check_config(c: PPOConfig) -> None:
         v = getattr(c, name)
         if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < low:
             bad(name, f"must be an int >= {low}")
-    for name in ("load_features", "episode_dynamic_formats"):
+    for name in ("load_features", "episode_dynamic_formats", "lookahead"):
         if not isinstance(getattr(c, name), bool):
             bad(name, "must be True or False")
     if isinstance(c.seed, bool) or not isinstance(c.seed, int | np.integer):
@@ -312,7 +315,7 @@ def _is_numbers(x) -> bool:
 # Fields added to PPOConfig after runs were saved without them, and the value those runs used.
 LEGACY_DEFAULTS = {"bc_coef": 0.0, "imitation_ties": "as_solved", "models": (), "dagger_rounds": 0,
                    "granularity": "block", "d_max": 0, "shaping": 0.0, "ent_coef_end": None,
-                   "load_features": False, "batch_epsilon": None,
+                   "load_features": False, "batch_epsilon": None, "lookahead": False,
                    "platforms": (), "formats": 1, "codes": 1, "delta": 0.0,
                    "quality_budget": None, "batch_fit_platforms": 0,
                    # False (the encoder before the fix) where it matters, with formats or

@@ -219,6 +219,8 @@ class DeviceActorCritic(nn.Module):
         u = [jnp.stack([f[fs[n]] for n in DEVICE_DYNAMIC], -1), load, per_device]
         if "fmt_time" in fs:  # cost model 2.0: the current block's format times, codec support
             u += [f[fs["fmt_time"]].reshape(d, -1), f[fs["codec"]][:, None]]
+        if "lookahead" in fs:  # what each device choice does (columns of D: one row each)
+            u += [f[fs["lookahead"]].reshape(-1, d).T]
         z = nn.gelu(ctx.device + self.dev_step(jnp.concatenate(u, -1)))  # [D, Hh]
         glob = jnp.concatenate([f[fs[n]] for n in _GLOBAL_DYNAMIC + _GLOBAL_EXTRA if n in fs])
         h = nn.gelu(

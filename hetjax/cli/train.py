@@ -62,6 +62,13 @@ def train_cmd(
             "default) | relative (centred on the platform's mean device and link)"
         ),
     ] = None,
+    lookahead: Annotated[
+        bool,
+        typer.Option(
+            help="the observation's lookahead group: what each device choice of the current "
+            "block does to the fluid bottleneck and the estimated score (docs/environment.md)"
+        ),
+    ] = False,
     zero_shot_models: Annotated[
         str | None,
         typer.Option(
@@ -220,7 +227,7 @@ def train_cmd(
                  formats=3 if formats else None, codes=3 if compression else None,
                  delta=delta, quality_budget=quality_budget,
                  batch_fit_platforms=batch_fit, d_max=d_max,
-                 descriptors=descriptors)  # fmt: skip
+                 descriptors=descriptors, lookahead=lookahead or None)  # fmt: skip
     extra = _names(models)
     # --teacher none / a baseline: the from-scratch settings; options given here still win
     settings = teacher_settings(teacher)

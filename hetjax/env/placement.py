@@ -42,6 +42,7 @@ from hetjax.cost import (
     score,
 )
 from hetjax.env.base import Environment
+from hetjax.env.lookahead import LOOKAHEAD_COLUMNS, lookahead_features
 from hetjax.env.spaces import Box, Dict, Discrete
 from hetjax.errors import GraphError, PlanError, PlatformError
 from hetjax.formats import A_BITS, CODEC_PER_BYTE, NUM_CODES, NUM_FORMATS, SENT_PER_BYTE, W_BITS
@@ -164,10 +165,11 @@ class Observation:
 
 
 def feature_sizes(
-    num_batches: int, d_max: int, formats: int = 1, codes: int = 1
+    num_batches: int, d_max: int, formats: int = 1, codes: int = 1, lookahead: bool = False
 ) -> tuple[tuple[str, int], ...]:
     """(name, size) of each group of `Observation.features`, in order (see the docs). With
-    cost model 2.0's choices (formats * codes > 1) five groups follow the version-1 ones."""
+    cost model 2.0's choices (formats * codes > 1) five groups follow the version-1 ones;
+    with `lookahead` the "lookahead" group (`hetjax.env.lookahead`) comes last."""
     k, d = num_batches, d_max
     extra = ()
     if formats * codes > 1:
@@ -178,6 +180,8 @@ def feature_sizes(
             ("code_loss", codes),
             ("codec", d),
         )
+    if lookahead:
+        extra = extra + (("lookahead", LOOKAHEAD_COLUMNS * d),)
     return (
         # dynamic part
         ("phase", 1),
@@ -419,6 +423,9 @@ class PlacementEnv(Environment):
     # or "relative" (the same, minus their mean over the platform's real devices / links: the
     # platform's devices against each other, not against a fixed scale)
     descriptors: str = "absolute"
+    # append the "lookahead" feature group (hetjax.env.lookahead: what each device choice of
+    # the current block would do to the fluid bottleneck and the estimated score)
+    lookahead: bool = False
 
     deterministic_obs = True  # get_obs ignores its key (base.Environment.step)
 
@@ -427,8 +434,9 @@ class PlacementEnv(Environment):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 1:
                 raise PlanError(f"PlacementEnv.{f} = {v!r}: must be an integer >= 1")
-        if not isinstance(self.flat_obs, bool | np.bool_):
-            raise PlanError(f"PlacementEnv.flat_obs = {self.flat_obs!r}: must be True or False")
+        for f in ("flat_obs", "lookahead"):
+            if not isinstance(getattr(self, f), bool | np.bool_):
+                raise PlanError(f"PlacementEnv.{f} = {getattr(self, f)!r}: must be True or False")
         for f, most in (("formats", NUM_FORMATS), ("codes", NUM_CODES)):
             if getattr(self, f) > most:
                 raise PlanError(f"PlacementEnv.{f} = {getattr(self, f)!r}: at most {most}")
@@ -490,10 +498,13 @@ class PlacementEnv(Environment):
         d, f = self.d_max, self.formats
         return a % d, (a // d) % f, a // (d * f)
 
+    def _feature_sizes(self) -> tuple[tuple[str, int], ...]:
+        return feature_sizes(self.num_batches, self.d_max, self.formats, self.codes, self.lookahead)
+
     @property
     def feature_layout(self) -> dict[str, slice]:
         """Name -> slice of each group of `Observation.features`."""
-        return layout(feature_sizes(self.num_batches, self.d_max, self.formats, self.codes))
+        return layout(self._feature_sizes())
 
     @property
     def block_feature_layout(self) -> dict[str, slice]:
@@ -503,8 +514,7 @@ class PlacementEnv(Environment):
     @property
     def num_features(self) -> int:
         """F, the length of `Observation.features`."""
-        sizes = feature_sizes(self.num_batches, self.d_max, self.formats, self.codes)
-        return sum(n for _, n in sizes)
+        return sum(n for _, n in self._feature_sizes())
 
     @property
     def num_flat_features(self) -> int:
@@ -1187,6 +1197,29 @@ class PlacementEnv(Environment):
         )
         return t, thr, energy, est
 
+    def _lookahead(self, state: EnvState, params: EnvParams, j, t, x_in, legal):
+        """The "lookahead" group of block j's step (`hetjax.env.lookahead`): t f32[D] s the
+        block on each device, x_in f32[D] s its inputs' transfer, legal bool[D]."""
+        p, ref = params.platform, params.reference
+        d, m = self.d_max, self.m_max
+        dmask = p.device_mask
+        times = params.block_time[state.batch_index]  # [M, D] s
+        ok = params.legal  # [M, D]
+        rem = (jnp.arange(m) > j) & params.graph.block_mask
+        anywhere = jnp.all(ok | ~dmask[None, :], axis=1)  # [M] every real device runs it
+        fast = jnp.where(ok, times, jnp.inf)
+        on_fastest = jnp.arange(d)[None, :] == jnp.argmin(fast, axis=1)[:, None]  # [M, D]
+        rest = jnp.sum(jnp.where((rem & anywhere)[:, None] & dmask[None, :], times, 0.0), 0)
+        fixed = jnp.sum(jnp.where((rem & ~anywhere)[:, None] & on_fastest, times, 0.0), 0)
+        rest_chain = jnp.sum(jnp.where(rem, jnp.min(fast, axis=1), 0.0))
+        pair = dmask[:, None] & dmask[None, :] & ~jnp.eye(d, dtype=bool)
+        energy0 = jnp.sum(jnp.where(pair, p.link_energy * state.moved, 0.0))
+        return lookahead_features(
+            state.busy, state.elapsed, t, x_in, legal, rest, fixed, rest_chain, dmask,
+            p.p_busy, p.p_idle, energy0, params.weights,
+            (ref.latency, ref.throughput, ref.energy), params.batches[state.batch_index],
+        )  # fmt: skip
+
     def get_obs(self, state: EnvState, params: EnvParams, key=None) -> Observation | jax.Array:
         """The observation of a state (layout: `feature_layout`, `block_feature_layout`); with
         `flat_obs`, f32[F + A]: the features, then the action mask as 0/1 (`key` is unused)."""
@@ -1281,6 +1314,8 @@ class PlacementEnv(Environment):
                 params.code_loss[j] * on,
                 (p.codec_bw > 0).astype(f),
             ]
+        if self.lookahead:
+            extra.append(self._lookahead(state, params, j, t, x_in, legal) * on)
         features = jnp.concatenate(
             [x.astype(f) for x in dynamic] + [params.static_features] + [x.astype(f) for x in extra]
         )
