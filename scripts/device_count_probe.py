@@ -12,7 +12,7 @@ sampled around the `--train` presets (`--d-max` device slots; bert-base, `--step
 then prints the greedy plan (batch, blocks per device, SPEC score) beside the exact optimum
 on single platforms built from the device catalogue: the two training kinds, a CPU added to
 them, a third device of a seen kind; and the mean greedy gap on `--held-out` platforms sampled
-around each `--test` preset. `--lookahead` adds the observation's lookahead group
+around each `--test` preset. `--lookahead` adds the observation's lookahead groups
 (`PPOConfig.lookahead`).
 """
 

@@ -23,7 +23,7 @@ test model's shape and never a ViT), registered in `hj.graphs.MODELS` for this p
 under the names `rand-<arch>-<layers>x<width>`. The teacher's platforms stay the same; each
 platform draws its model from the larger mixture.
 
-`--lookahead` adds the observation's "lookahead" group (`PPOConfig.lookahead`,
+`--lookahead` adds the observation's lookahead groups (`PPOConfig.lookahead`,
 `hetjax.env.lookahead`: what each device choice does to the fluid bottleneck and the estimated
 score); the teacher's cache is shared with the runs without it.
 

@@ -92,9 +92,6 @@ def _lookahead_reference(env, params, state):
     moved, le = a(state.moved), a(p.link_energy)
     e0 = sum(le[u, v] * moved[u, v] for u in range(d) for v in range(d)
              if u != v and real[u] and real[v])  # fmt: skip
-    alpha, beta, gamma = (float(x) for x in a(params.weights))
-    lat_ref, thr_ref, e_ref = float(ref.latency), float(ref.throughput), float(ref.energy)
-    p_busy, p_idle = a(p.p_busy), a(p.p_idle)
     cols = [[0.0] * d for _ in range(4)]
     scores = {}
     for c in range(d):
@@ -102,19 +99,61 @@ def _lookahead_reference(env, params, state):
             continue
         after_busy = [base[e] + (t[e] if e == c else 0.0) for e in range(d)]
         bneck = _fluid_reference(after_busy, rest, real)
-        final = [after_busy[e] + (max(bneck - after_busy[e], 0.0) if real[e] and rest[e] > 0
-                                  else 0.0) for e in range(d)]  # fmt: skip
         latency = float(state.elapsed) + x_in[c] + t[c] + chain
-        energy = e0 + sum(p_busy[e] * final[e] + p_idle[e] * max(latency - final[e], 0.0)
-                          for e in range(d) if real[e])  # fmt: skip
-        thr = b / bneck
-        scores[c] = alpha * lat_ref / latency + beta * thr / thr_ref - gamma * energy / e_ref
+        scores[c] = _fluid_score_reference(after_busy, bneck, rest, latency, b, real, p, e0,
+                                           params.weights, ref)  # fmt: skip
         cols[0][c] = math.log2(bneck / now)
         cols[1][c] = (base[c] + t[c]) / now
         cols[2][c] = x_in[c] / now
     best = max(scores.values())
     for c, s in scores.items():
         cols[3][c] = s - best
+    return np.array(cols).reshape(-1)
+
+
+def _fluid_score_reference(busy, bneck, rest, latency, b, real, p, e0, weights, ref):
+    """Plain Python: the fluid split's energy and the estimated SPEC score."""
+    a = lambda x: np.asarray(x, np.float64)  # noqa: E731
+    p_busy, p_idle = a(p.p_busy), a(p.p_idle)
+    d = len(real)
+    final = [busy[e] + (max(bneck - busy[e], 0.0) if real[e] and rest[e] > 0 else 0.0)
+             for e in range(d)]  # fmt: skip
+    energy = e0 + sum(p_busy[e] * final[e] + p_idle[e] * max(latency - final[e], 0.0)
+                      for e in range(d) if real[e])  # fmt: skip
+    alpha, beta, gamma = (float(x) for x in a(weights))
+    lat_ref, thr_ref, e_ref = float(ref.latency), float(ref.throughput), float(ref.energy)
+    return alpha * lat_ref / latency + beta * (b / bneck) / thr_ref - gamma * energy / e_ref
+
+
+def _batch_lookahead_reference(env, params):
+    """Plain Python (float64) of the "batch_lookahead" group: every batch choice's whole-model
+    fluid estimate against the best allowed one's."""
+    p = params.platform
+    a = lambda x: np.asarray(x, np.float64)  # noqa: E731
+    real = [bool(x) for x in np.asarray(p.device_mask)]
+    d, k_n = len(real), env.num_batches
+    ok, allowed = np.asarray(params.legal), [bool(x) for x in np.asarray(params.batch_mask)]
+    blocks = [i for i in range(env.m_max) if bool(np.asarray(params.graph.block_mask)[i])]
+    anywhere = lambda i: all(ok[i, e] or not real[e] for e in range(d))  # noqa: E731
+    scores, thr = [], []
+    for k in range(k_n):
+        times, b = a(params.block_time)[k], float(a(params.batches)[k])
+        rest = [sum(times[i, e] for i in blocks if anywhere(i)) if real[e] else 0.0
+                for e in range(d)]  # fmt: skip
+        fixed = [0.0] * d
+        for i in blocks:
+            if not anywhere(i):
+                e = min((e for e in range(d) if ok[i, e]), key=lambda e: times[i, e])
+                fixed[e] += times[i, e]
+        chain = sum(min(times[i, e] for e in range(d) if ok[i, e]) for i in blocks)
+        bneck = _fluid_reference(fixed, rest, real)
+        scores.append(_fluid_score_reference(fixed, bneck, rest, chain, b, real, p, 0.0,
+                                             params.weights, params.reference))  # fmt: skip
+        thr.append(math.log2(b / bneck))
+    cols = []
+    for col in (scores, thr):
+        best = max(v for v, on in zip(col, allowed, strict=True) if on)
+        cols.append([v - best if on else 0.0 for v, on in zip(col, allowed, strict=True)])
     return np.array(cols).reshape(-1)
 
 
@@ -125,13 +164,16 @@ def test_lookahead_matches_a_plain_python_reference(preset):
     g = hj.graphs.transformer("bert-tiny", seq_len=16)
     base = hj.hardware.preset(preset)
     env = PlacementEnv.sized_for([g], [base], lookahead=True)
-    lay = env.feature_layout["lookahead"]
+    lay, blay = env.feature_layout["lookahead"], env.feature_layout["batch_lookahead"]
     step = jax.jit(env.step)
     for s in range(3):
         p = jax.tree.map(lambda x: x[0], hj.hardware.sample(jax.random.key(s), 1, base))
         params = env.make_params(g, p)
         obs, state = env.reset(KEY, params)
         assert not np.asarray(obs.features[lay]).any()  # the batch step
+        got = np.asarray(obs.features[blay], np.float64)
+        np.testing.assert_allclose(got, _batch_lookahead_reference(env, params), rtol=2e-4,
+                                   atol=2e-5)  # fmt: skip
         rng = np.random.default_rng(s)
         batches = np.flatnonzero(np.asarray(obs.action_mask))  # a masked one ends the episode
         obs, state, *_ = step(KEY, state, int(rng.choice(batches)), params)
@@ -139,19 +181,20 @@ def test_lookahead_matches_a_plain_python_reference(preset):
             got = np.asarray(obs.features[lay], np.float64)
             want = _lookahead_reference(env, params, state)
             np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-5)
+            assert not np.asarray(obs.features[blay]).any()  # a block step
             legal = np.flatnonzero(np.asarray(obs.action_mask)[: env.d_max])
             obs, state, *_ = step(KEY, state, int(rng.choice(legal)), params)
 
 
-def test_lookahead_is_off_by_default_and_appends_one_group():
-    """The default observation is unchanged (no group, the same size); with it, one group of
-    4 x d_max columns comes last; the flag must be a bool."""
+def test_lookahead_is_off_by_default_and_appends_two_groups():
+    """The default observation is unchanged (no group, the same size); with it, a group of
+    4 x d_max columns and one of 2 x num_batches come last; the flag must be a bool."""
     env = PlacementEnv()
     assert "lookahead" not in env.feature_layout
     on = dataclasses.replace(env, lookahead=True)
-    assert on.num_features == env.num_features + 4 * env.d_max
-    assert list(on.feature_layout)[-1] == "lookahead"
-    assert feature_sizes(6, 3, 2, 2, True)[-1] == ("lookahead", 12)
+    assert on.num_features == env.num_features + 4 * env.d_max + 2 * env.num_batches
+    assert list(on.feature_layout)[-2:] == ["lookahead", "batch_lookahead"]
+    assert feature_sizes(6, 3, 2, 2, True)[-2:] == (("lookahead", 12), ("batch_lookahead", 12))
     with pytest.raises(hj.PlanError, match="PlacementEnv.lookahead = 1"):
         PlacementEnv(lookahead=1)
     with pytest.raises(hj.PlanError, match="lookahead"):
@@ -167,8 +210,8 @@ def _jit_step(env):
 @given(hst.graphs(), hst.platforms(), st.integers(0, 2**31 - 1))
 def test_lookahead_is_finite_and_zero_where_a_device_is_illegal(graph, p, seed):
     """On random DAGs and platforms (inputs from any earlier block, unreal device slots, ops
-    with zero flops or bytes) every entry is finite, the score column is <= 0 with a 0 at some
-    legal device, and illegal devices read 0."""
+    with zero flops or bytes) every entry is finite, the score columns are <= 0 with a 0 at
+    some legal device (batch), and illegal devices (batches not allowed) read 0."""
     assume(bool(np.asarray(graph.op_mask).any()))
     p = p.replace(mem_capacity=p.mem_capacity * 1e6)  # the reference plan must fit
     env = PlacementEnv(
@@ -186,6 +229,11 @@ def test_lookahead_is_finite_and_zero_where_a_device_is_illegal(graph, p, seed):
     obs, state = env.reset(KEY, params)
     if not np.asarray(obs.action_mask).any():
         return
+    k = env.num_batches
+    batch = np.asarray(obs.features[env.feature_layout["batch_lookahead"]]).reshape(2, k)
+    allowed = np.asarray(params.batch_mask)
+    assert np.isfinite(batch).all() and (batch[:, ~allowed] == 0).all()
+    assert (batch[0, allowed] <= 0).all() and np.isclose(batch[0, allowed].max(), 0.0)
     obs, state, *_ = step(KEY, state, int(np.argmax(np.asarray(obs.action_mask))), params)
     for _ in range(int(params.num_blocks)):
         f = np.asarray(obs.features[lay]).reshape(4, env.d_max)

@@ -60,8 +60,9 @@ class PPOConfig:
     # the observation's device and link numbers (`PlacementEnv.descriptors`): "absolute"
     # (fixed units) or "relative" (centred on the platform's mean device and link)
     descriptors: str = "absolute"
-    # the observation's "lookahead" group (`PlacementEnv.lookahead`, hetjax.env.lookahead): what
-    # each device choice of the current block does to the fluid bottleneck and estimated score
+    # the observation's "lookahead" groups (`PlacementEnv.lookahead`, hetjax.env.lookahead):
+    # what each device choice of the current block, and each batch at the first step, does to
+    # the fluid bottleneck and the estimated score
     lookahead: bool = False
     weights: tuple[float, float, float] = (0.6, 0.3, 0.1)  # SPEC score (alpha, beta, gamma)
     batches: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0)

@@ -49,7 +49,8 @@ DEVICE_DYNAMIC = ("prev_device", "device_real", "legal", "time_ratio", "time_sha
 _GLOBAL_DYNAMIC = ("phase", "progress", "size", "kind", "batch", "dependency", "speedup",
                    "estimate")  # fmt: skip
 _GLOBAL_STATIC = ("batch_choices", "batch_ok", "weights")
-_GLOBAL_EXTRA = ("quality", "fmt_loss", "code_loss")  # cost model 2.0, dynamic
+# cost model 2.0's and the batch step's what-if groups, dynamic
+_GLOBAL_EXTRA = ("quality", "fmt_loss", "code_loss", "batch_lookahead")
 _BLOCK_GLOBAL = ("kind", "weights", "dependency")
 _BLOCK_DEVICE = ("time_ratio", "time_share", "legal")
 

@@ -65,8 +65,9 @@ def train_cmd(
     lookahead: Annotated[
         bool,
         typer.Option(
-            help="the observation's lookahead group: what each device choice of the current "
-            "block does to the fluid bottleneck and the estimated score (docs/environment.md)"
+            help="the observation's lookahead groups: what each device choice of the current "
+            "block, and each batch, does to the fluid bottleneck and the estimated score "
+            "(docs/environment.md)"
         ),
     ] = False,
     zero_shot_models: Annotated[

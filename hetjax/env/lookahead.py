@@ -1,4 +1,4 @@
-"""What-if features of a block step: what each device choice would do to the plan's score.
+"""What-if features: what each device choice of a block, and each batch, would do to the score.
 
 `PlacementEnv(lookahead=True)` appends one feature group, "lookahead" (f32[4 * D]: four
 columns of D, one entry per device), to `Observation.features`. For the block being placed and
@@ -19,6 +19,11 @@ reach (water-filling the devices' busy times) and, from it, the score. The four 
    the block, the remaining blocks each on its fastest device), the throughput b / B_d and
    the energy of that fluid split (busy and idle power), against the SPEC reference plan.
 
+A second group, "batch_lookahead" (f32[2 * K], `batch_lookahead_features`), does the same for
+the episode's first action, the batch: for each batch choice, the whole model as such a fluid,
+its estimated score and fluid throughput against the best allowed batch's (all 0 at block
+steps).
+
 Every column is a ratio or a difference of the problem's own quantities, so it reads the same
 on a laptop SoC and on a server: the point of the group is zero-shot transfer to platforms and
 models unseen in training (docs/agent.md). Pure jnp; one observation, vmap for batches.
@@ -29,9 +34,11 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-__all__ = ["LOOKAHEAD_COLUMNS", "fluid_bottleneck", "lookahead_features"]
+__all__ = ["BATCH_LOOKAHEAD_COLUMNS", "LOOKAHEAD_COLUMNS", "batch_lookahead_features",
+           "fluid_bottleneck", "lookahead_features"]  # fmt: skip
 
 LOOKAHEAD_COLUMNS = 4  # the group's columns (each one entry per device slot)
+BATCH_LOOKAHEAD_COLUMNS = 2  # "batch_lookahead": columns of one entry per batch choice
 _TINY = 1e-30
 
 
@@ -83,18 +90,11 @@ def lookahead_features(
     busy = busy + fixed
     busy_d = busy[None, :] + jnp.where(eye, t[:, None], 0.0)  # [D choice, D device]
     after = jax.vmap(fluid_bottleneck, in_axes=(0, None, None))(busy_d, rest, real)  # [D]
-    # the fluid split's remaining work on each device, per choice
-    share = jnp.where(real & (rest > 0), jnp.maximum(after[:, None] - busy_d, 0.0), 0.0)
-    final = busy_d + share  # [D, D] s
     latency = elapsed + x_in + t + rest_chain  # [D] s
-    idle = jnp.maximum(latency[:, None] - final, 0.0)
-    energy = energy0 + jnp.sum(jnp.where(real, p_busy * final + p_idle * idle, 0.0), axis=1)
-    lat_ref, thr_ref, e_ref = reference
-    alpha, beta, gamma = weights[0], weights[1], weights[2]
-    score = (
-        alpha * lat_ref / jnp.maximum(latency, _TINY)
-        + beta * (batch / jnp.maximum(after, _TINY)) / jnp.maximum(thr_ref, _TINY)
-        - gamma * energy / jnp.maximum(e_ref, _TINY)
+    score = jax.vmap(
+        _fluid_score, in_axes=(0, 0, None, 0, None, None, None, None, None, None, None)
+    )(  # fmt: skip
+        busy_d, after, rest, latency, batch, real, p_busy, p_idle, energy0, weights, reference
     )
     best = jnp.max(jnp.where(legal, score, -jnp.inf))
     safe_now = jnp.maximum(now, _TINY)
@@ -105,3 +105,51 @@ def lookahead_features(
         score - best,
     ]
     return jnp.concatenate([jnp.where(legal, c, 0.0) for c in cols]).astype(jnp.float32)
+
+
+def _fluid_score(busy, bottleneck, rest, latency, batch, real, p_busy, p_idle, energy0, weights,
+                 reference):  # fmt: skip
+    """The SPEC score estimated for busy times `busy` f32[D] s plus the remaining work `rest`
+    f32[D] s split as a fluid up to `bottleneck` s, at `latency` s and `batch` samples: energy
+    is busy and idle power over that split plus `energy0` J."""
+    share = jnp.where(real & (rest > 0), jnp.maximum(bottleneck - busy, 0.0), 0.0)
+    final = busy + share  # s
+    idle = jnp.maximum(latency - final, 0.0)
+    energy = energy0 + jnp.sum(jnp.where(real, p_busy * final + p_idle * idle, 0.0))
+    lat_ref, thr_ref, e_ref = reference
+    alpha, beta, gamma = weights[0], weights[1], weights[2]
+    return (
+        alpha * lat_ref / jnp.maximum(latency, _TINY)
+        + beta * (batch / jnp.maximum(bottleneck, _TINY)) / jnp.maximum(thr_ref, _TINY)
+        - gamma * energy / jnp.maximum(e_ref, _TINY)
+    )
+
+
+def batch_lookahead_features(times, legal, blocks, real, batches, batch_ok, p_busy, p_idle,
+                             weights, reference):  # fmt: skip
+    """f32[2 * K], the "batch_lookahead" group: at the batch step, for each batch choice k,
+    the whole model as a fluid (the blocks every real device can run split freely, the others
+    fixed on their fastest device; transfers ignored): `S_k - max_e S_e`, the estimated score
+    at batch k minus the best allowed batch's, and `log2(X_k / max_e X_e)`, its fluid
+    throughput (batch / bottleneck) against the best; 0 for batches not allowed.
+
+    times f32[K, M, D] s (each block on each device at each batch), legal bool[M, D], blocks
+    bool[M] (real blocks), real bool[D], batches f32[K] samples, batch_ok bool[K], p_busy and
+    p_idle f32[D] W, weights f32[3], reference (latency s, throughput samples/s, energy J)."""
+    d = real.shape[0]
+    legal = legal & real[None, :]
+    anywhere = jnp.all(legal | ~real[None, :], axis=1) & blocks  # [M]
+    odd = blocks & ~anywhere
+    fast = jnp.where(legal[None], times, jnp.inf)  # [K, M, D]
+    on_fastest = jnp.arange(d) == jnp.argmin(fast, axis=2)[..., None]  # [K, M, D]
+    rest = jnp.sum(jnp.where(anywhere[None, :, None] & real, times, 0.0), axis=1)  # [K, D]
+    fixed = jnp.sum(jnp.where(odd[None, :, None] & on_fastest, times, 0.0), axis=1)  # [K, D]
+    chain = jnp.sum(jnp.where(blocks[None], jnp.min(fast, axis=2), 0.0), axis=1)  # [K] s
+    bneck = jax.vmap(fluid_bottleneck, in_axes=(0, 0, None))(fixed, rest, real)  # [K]
+    score = jax.vmap(_fluid_score, in_axes=(0, 0, 0, 0, 0, None, None, None, None, None, None))(
+        fixed, bneck, rest, chain, batches, real, p_busy, p_idle, 0.0, weights, reference
+    )
+    thr = jnp.log2(batches / jnp.maximum(bneck, _TINY))
+    cols = [score - jnp.max(jnp.where(batch_ok, score, -jnp.inf)),
+            thr - jnp.max(jnp.where(batch_ok, thr, -jnp.inf))]  # fmt: skip
+    return jnp.concatenate([jnp.where(batch_ok, c, 0.0) for c in cols]).astype(jnp.float32)

@@ -42,7 +42,12 @@ from hetjax.cost import (
     score,
 )
 from hetjax.env.base import Environment
-from hetjax.env.lookahead import LOOKAHEAD_COLUMNS, lookahead_features
+from hetjax.env.lookahead import (
+    BATCH_LOOKAHEAD_COLUMNS,
+    LOOKAHEAD_COLUMNS,
+    batch_lookahead_features,
+    lookahead_features,
+)
 from hetjax.env.spaces import Box, Dict, Discrete
 from hetjax.errors import GraphError, PlanError, PlatformError
 from hetjax.formats import A_BITS, CODEC_PER_BYTE, NUM_CODES, NUM_FORMATS, SENT_PER_BYTE, W_BITS
@@ -169,7 +174,8 @@ def feature_sizes(
 ) -> tuple[tuple[str, int], ...]:
     """(name, size) of each group of `Observation.features`, in order (see the docs). With
     cost model 2.0's choices (formats * codes > 1) five groups follow the version-1 ones;
-    with `lookahead` the "lookahead" group (`hetjax.env.lookahead`) comes last."""
+    with `lookahead` the "lookahead" and "batch_lookahead" groups (`hetjax.env.lookahead`)
+    come last."""
     k, d = num_batches, d_max
     extra = ()
     if formats * codes > 1:
@@ -181,7 +187,10 @@ def feature_sizes(
             ("codec", d),
         )
     if lookahead:
-        extra = extra + (("lookahead", LOOKAHEAD_COLUMNS * d),)
+        extra = extra + (
+            ("lookahead", LOOKAHEAD_COLUMNS * d),
+            ("batch_lookahead", BATCH_LOOKAHEAD_COLUMNS * k),
+        )
     return (
         # dynamic part
         ("phase", 1),
@@ -423,8 +432,9 @@ class PlacementEnv(Environment):
     # or "relative" (the same, minus their mean over the platform's real devices / links: the
     # platform's devices against each other, not against a fixed scale)
     descriptors: str = "absolute"
-    # append the "lookahead" feature group (hetjax.env.lookahead: what each device choice of
-    # the current block would do to the fluid bottleneck and the estimated score)
+    # append the "lookahead" and "batch_lookahead" feature groups (hetjax.env.lookahead: what
+    # each device choice of the current block, and each batch, would do to the fluid
+    # bottleneck and the estimated score)
     lookahead: bool = False
 
     deterministic_obs = True  # get_obs ignores its key (base.Environment.step)
@@ -1316,6 +1326,14 @@ class PlacementEnv(Environment):
             ]
         if self.lookahead:
             extra.append(self._lookahead(state, params, j, t, x_in, legal) * on)
+            extra.append(
+                batch_lookahead_features(
+                    params.block_time, params.legal, params.graph.block_mask, dmask,
+                    params.batches, params.batch_mask, p.p_busy, p.p_idle, params.weights,
+                    (params.reference.latency, params.reference.throughput,
+                     params.reference.energy),
+                ) * (1.0 - on)
+            )  # fmt: skip
         features = jnp.concatenate(
             [x.astype(f) for x in dynamic] + [params.static_features] + [x.astype(f) for x in extra]
         )
