@@ -52,6 +52,23 @@ def test_fluid_bottleneck_matches_water_filling(data):
     assert got == pytest.approx(want, rel=1e-5, abs=1e-6)
 
 
+def _split_reference(times, ok, real, blocks):
+    """Plain Python: the blocks' fluid part (every real device runs them: their time on each
+    device), the fixed part (the others on their fastest device) and the chain time (each on
+    its fastest device)."""
+    d = len(real)
+    anywhere = lambda i: all(ok[i, e] or not real[e] for e in range(d))  # noqa: E731
+    rest = [sum(times[i, e] for i in blocks if anywhere(i)) if real[e] else 0.0
+            for e in range(d)]  # fmt: skip
+    fixed = [0.0] * d
+    for i in blocks:
+        if not anywhere(i):
+            e = min((e for e in range(d) if ok[i, e]), key=lambda e: times[i, e])
+            fixed[e] += times[i, e]
+    chain = sum(min(times[i, e] for e in range(d) if ok[i, e]) for i in blocks)
+    return rest, fixed, chain
+
+
 def _lookahead_reference(env, params, state):
     """Plain Python (float64) of the group at a block step of a chain, from the state and the
     environment's tables: module docstring of hetjax.env.lookahead, written out."""
@@ -74,14 +91,7 @@ def _lookahead_reference(env, params, state):
         x_in = [lat[prev, e] + nbytes / bw[prev, e] if e != prev and real[e] else 0.0
                 for e in range(d)]  # fmt: skip
     anywhere = lambda i: all(ok[i, e] or not real[e] for e in range(d))  # noqa: E731
-    later = [i for i in blocks if i > j]
-    rest = [sum(times[i, e] for i in later if anywhere(i)) if real[e] else 0.0 for e in range(d)]
-    fixed = [0.0] * d
-    for i in later:
-        if not anywhere(i):
-            e = min((e for e in range(d) if ok[i, e]), key=lambda e: times[i, e])
-            fixed[e] += times[i, e]
-    chain = sum(min(times[i, e] for e in range(d) if ok[i, e]) for i in later)
+    rest, fixed, chain = _split_reference(times, ok, real, [i for i in blocks if i > j])
     base = [busy[e] + fixed[e] for e in range(d)]
     if anywhere(j):
         now = _fluid_reference(base, [rest[e] + t[e] for e in range(d)], real)
@@ -131,21 +141,13 @@ def _batch_lookahead_reference(env, params):
     p = params.platform
     a = lambda x: np.asarray(x, np.float64)  # noqa: E731
     real = [bool(x) for x in np.asarray(p.device_mask)]
-    d, k_n = len(real), env.num_batches
+    k_n = env.num_batches
     ok, allowed = np.asarray(params.legal), [bool(x) for x in np.asarray(params.batch_mask)]
     blocks = [i for i in range(env.m_max) if bool(np.asarray(params.graph.block_mask)[i])]
-    anywhere = lambda i: all(ok[i, e] or not real[e] for e in range(d))  # noqa: E731
     scores, thr = [], []
     for k in range(k_n):
         times, b = a(params.block_time)[k], float(a(params.batches)[k])
-        rest = [sum(times[i, e] for i in blocks if anywhere(i)) if real[e] else 0.0
-                for e in range(d)]  # fmt: skip
-        fixed = [0.0] * d
-        for i in blocks:
-            if not anywhere(i):
-                e = min((e for e in range(d) if ok[i, e]), key=lambda e: times[i, e])
-                fixed[e] += times[i, e]
-        chain = sum(min(times[i, e] for e in range(d) if ok[i, e]) for i in blocks)
+        rest, fixed, chain = _split_reference(times, ok, real, blocks)
         bneck = _fluid_reference(fixed, rest, real)
         scores.append(_fluid_score_reference(fixed, bneck, rest, chain, b, real, p, 0.0,
                                              params.weights, params.reference))  # fmt: skip
