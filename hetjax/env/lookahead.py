@@ -1,8 +1,8 @@
 """What-if features: what each device choice of a block, and each batch, would do to the score.
 
-`PlacementEnv(lookahead=True)` appends one feature group, "lookahead" (f32[4 * D]: four
-columns of D, one entry per device), to `Observation.features`. For the block being placed and
-each device d it could go on, the group estimates the plan that puts the block on d and spreads
+`PlacementEnv(lookahead=True)` appends two feature groups to `Observation.features`. The
+first, "lookahead" (f32[4 * D]: four columns of D, one entry per device): for the block being
+placed and each device d it could go on, it estimates the plan that puts the block on d and spreads
 every remaining block over the devices as a fluid (any split of the remaining work, each device
 at its own speed for those blocks, transfers ignored): the least bottleneck that split can
 reach (water-filling the devices' busy times) and, from it, the score. The four columns, each
