@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 
 __all__ = ["BATCH_LOOKAHEAD_COLUMNS", "LOOKAHEAD_COLUMNS", "batch_lookahead_features",
-           "fluid_bottleneck", "lookahead_features"]  # fmt: skip
+           "fluid_bottleneck", "lookahead_features", "split_blocks"]  # fmt: skip
 
 LOOKAHEAD_COLUMNS = 4  # the group's columns (each one entry per device slot)
 BATCH_LOOKAHEAD_COLUMNS = 2  # "batch_lookahead": columns of one entry per batch choice
@@ -136,15 +136,9 @@ def batch_lookahead_features(times, legal, blocks, real, batches, batch_ok, p_bu
     times f32[K, M, D] s (each block on each device at each batch), legal bool[M, D], blocks
     bool[M] (real blocks), real bool[D], batches f32[K] samples, batch_ok bool[K], p_busy and
     p_idle f32[D] W, weights f32[3], reference (latency s, throughput samples/s, energy J)."""
-    d = real.shape[0]
-    legal = legal & real[None, :]
-    anywhere = jnp.all(legal | ~real[None, :], axis=1) & blocks  # [M]
-    odd = blocks & ~anywhere
-    fast = jnp.where(legal[None], times, jnp.inf)  # [K, M, D]
-    on_fastest = jnp.arange(d) == jnp.argmin(fast, axis=2)[..., None]  # [K, M, D]
-    rest = jnp.sum(jnp.where(anywhere[None, :, None] & real, times, 0.0), axis=1)  # [K, D]
-    fixed = jnp.sum(jnp.where(odd[None, :, None] & on_fastest, times, 0.0), axis=1)  # [K, D]
-    chain = jnp.sum(jnp.where(blocks[None], jnp.min(fast, axis=2), 0.0), axis=1)  # [K] s
+    rest, fixed, chain = jax.vmap(split_blocks, in_axes=(0, None, None, None))(
+        times, legal, blocks, real
+    )  # [K, D], [K, D], [K]
     bneck = jax.vmap(fluid_bottleneck, in_axes=(0, 0, None))(fixed, rest, real)  # [K]
     score = jax.vmap(_fluid_score, in_axes=(0, 0, 0, 0, 0, None, None, None, None, None, None))(
         fixed, bneck, rest, chain, batches, real, p_busy, p_idle, 0.0, weights, reference
@@ -153,3 +147,19 @@ def batch_lookahead_features(times, legal, blocks, real, batches, batch_ok, p_bu
     cols = [score - jnp.max(jnp.where(batch_ok, score, -jnp.inf)),
             thr - jnp.max(jnp.where(batch_ok, thr, -jnp.inf))]  # fmt: skip
     return jnp.concatenate([jnp.where(batch_ok, c, 0.0) for c in cols]).astype(jnp.float32)
+
+
+def split_blocks(times, legal, blocks, real):
+    """The blocks `blocks` bool[M] as the lookahead groups see them, from their times f32[M, D]
+    s and legal bool[M, D]: (rest f32[D] s, the blocks every real device can run, all on each
+    device: the fluid part; fixed f32[D] s, the others, each on its fastest device that can run
+    it; chain f32[] s, every block on its fastest device)."""
+    d = real.shape[0]
+    legal = legal & real[None, :]
+    anywhere = jnp.all(legal | ~real[None, :], axis=1)  # [M]
+    fast = jnp.where(legal, times, jnp.inf)
+    on_fastest = jnp.arange(d)[None, :] == jnp.argmin(fast, axis=1)[:, None]  # [M, D]
+    rest = jnp.sum(jnp.where((blocks & anywhere)[:, None] & real[None, :], times, 0.0), 0)
+    fixed = jnp.sum(jnp.where((blocks & ~anywhere)[:, None] & on_fastest, times, 0.0), 0)
+    chain = jnp.sum(jnp.where(blocks, jnp.min(fast, axis=1), 0.0))
+    return rest, fixed, chain

@@ -47,6 +47,7 @@ from hetjax.env.lookahead import (
     LOOKAHEAD_COLUMNS,
     batch_lookahead_features,
     lookahead_features,
+    split_blocks,
 )
 from hetjax.env.spaces import Box, Dict, Discrete
 from hetjax.errors import GraphError, PlanError, PlatformError
@@ -1208,27 +1209,28 @@ class PlacementEnv(Environment):
         return t, thr, energy, est
 
     def _lookahead(self, state: EnvState, params: EnvParams, j, t, x_in, legal):
-        """The "lookahead" group of block j's step (`hetjax.env.lookahead`): t f32[D] s the
+        """The "lookahead" and "batch_lookahead" groups (`hetjax.env.lookahead`) of a step at
+        block j (the first zero at the batch step, the second at block steps): t f32[D] s the
         block on each device, x_in f32[D] s its inputs' transfer, legal bool[D]."""
-        p, ref = params.platform, params.reference
-        d, m = self.d_max, self.m_max
-        dmask = p.device_mask
-        times = params.block_time[state.batch_index]  # [M, D] s
-        ok = params.legal  # [M, D]
-        rem = (jnp.arange(m) > j) & params.graph.block_mask
-        anywhere = jnp.all(ok | ~dmask[None, :], axis=1)  # [M] every real device runs it
-        fast = jnp.where(ok, times, jnp.inf)
-        on_fastest = jnp.arange(d)[None, :] == jnp.argmin(fast, axis=1)[:, None]  # [M, D]
-        rest = jnp.sum(jnp.where((rem & anywhere)[:, None] & dmask[None, :], times, 0.0), 0)
-        fixed = jnp.sum(jnp.where((rem & ~anywhere)[:, None] & on_fastest, times, 0.0), 0)
-        rest_chain = jnp.sum(jnp.where(rem, jnp.min(fast, axis=1), 0.0))
+        p, r = params.platform, params.reference
+        d, dmask = self.d_max, params.platform.device_mask
+        ref = (r.latency, r.throughput, r.energy)
+        later = (jnp.arange(self.m_max) > j) & params.graph.block_mask
+        rest, fixed, chain = split_blocks(
+            params.block_time[state.batch_index], params.legal, later, dmask
+        )
         pair = dmask[:, None] & dmask[None, :] & ~jnp.eye(d, dtype=bool)
         energy0 = jnp.sum(jnp.where(pair, p.link_energy * state.moved, 0.0))
-        return lookahead_features(
-            state.busy, state.elapsed, t, x_in, legal, rest, fixed, rest_chain, dmask,
-            p.p_busy, p.p_idle, energy0, params.weights,
-            (ref.latency, ref.throughput, ref.energy), params.batches[state.batch_index],
+        block = lookahead_features(
+            state.busy, state.elapsed, t, x_in, legal, rest, fixed, chain, dmask, p.p_busy,
+            p.p_idle, energy0, params.weights, ref, params.batches[state.batch_index],
         )  # fmt: skip
+        batch = batch_lookahead_features(
+            params.block_time, params.legal, params.graph.block_mask, dmask, params.batches,
+            params.batch_mask, p.p_busy, p.p_idle, params.weights, ref,
+        )  # fmt: skip
+        on = (state.time > 0).astype(jnp.float32)
+        return [block * on, batch * (1.0 - on)]
 
     def get_obs(self, state: EnvState, params: EnvParams, key=None) -> Observation | jax.Array:
         """The observation of a state (layout: `feature_layout`, `block_feature_layout`); with
@@ -1325,15 +1327,7 @@ class PlacementEnv(Environment):
                 (p.codec_bw > 0).astype(f),
             ]
         if self.lookahead:
-            extra.append(self._lookahead(state, params, j, t, x_in, legal) * on)
-            extra.append(
-                batch_lookahead_features(
-                    params.block_time, params.legal, params.graph.block_mask, dmask,
-                    params.batches, params.batch_mask, p.p_busy, p.p_idle, params.weights,
-                    (params.reference.latency, params.reference.throughput,
-                     params.reference.energy),
-                ) * (1.0 - on)
-            )  # fmt: skip
+            extra += self._lookahead(state, params, j, t, x_in, legal)
         features = jnp.concatenate(
             [x.astype(f) for x in dynamic] + [params.static_features] + [x.astype(f) for x in extra]
         )
