@@ -16,6 +16,7 @@ from load_script import load_script
 import hetjax as hj
 from hetjax import cli
 from hetjax.agents import ppo
+from hetjax.errors import CheckpointError
 
 # tests/test_agents.py's tiny run, on edge (2 devices), no cloning teacher to solve
 TINY = ppo.PPOConfig(
@@ -142,6 +143,13 @@ def test_train_job_writes_the_report_and_place_reads_it(tmp_path, monkeypatch, c
     assert parts["mean_gap_pct"] == pytest.approx(greedy["mean_gap_pct"], abs=1e-6)
     assert parts["batch_mean_gap_pct"] >= -1e-6 and parts["placement_mean_gap_pct"] >= -1e-6
     assert sum(parts["chosen_batch_counts"]) == sum(parts["optimal_batch_counts"]) == 4
+    # ... and on the zero-shot pair: the same platforms and policy as the report's entry
+    (entry,) = doc["zero_shot"]
+    parts = gap_breakdown.breakdown(run, 4, pair="bert-mini.onnx,host3")
+    assert parts["n"] == 2 and parts["pair"] == "bert-mini.onnx,host3"
+    assert parts["mean_gap_pct"] == pytest.approx(entry["policy_greedy"]["mean_gap_pct"], abs=1e-6)
+    with pytest.raises(CheckpointError, match="'bert-base,host3': not in"):
+        gap_breakdown.zero_shot_pair(run, "bert-base,host3")
 
     # scripts/clone_more.py: more cloning on the policy's own tie choices
     clone_more = load_script("scripts/clone_more.py")

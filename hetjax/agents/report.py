@@ -18,7 +18,8 @@ from hetjax.compare import gap_pct
 
 __all__ = ["POLICY_SAMPLES", "SEARCH_BUDGETS", "decode_name", "episode_plan", "policy_plan",
            "has_exact",
-           "preset_report", "check_baselines", "held_out_report", "zero_shot_report",
+           "preset_report", "check_baselines", "held_out_report", "zero_shot_pair",
+           "zero_shot_report",
            "plot_learning_curve", "plot_load_distribution", "plot_budget"]  # fmt: skip
 
 # The budget comparison (report.json["held_out"]["budget"], budget.png): the policy with K
@@ -488,6 +489,17 @@ def plot_load_distribution(setup: ppo.Setup, plan, opt_plan, path, title):
     plt.close(fig)
 
 
+def zero_shot_pair(setup: ppo.Setup, model: str, preset: str) -> ppo.Setup:
+    """The setup `zero_shot_report` runs a trained policy in for one (model, preset) pair:
+    the environment sized for `model` and the trained models together (the trained padding
+    kept), its platforms sampled around `preset`."""
+    config = dataclasses.replace(
+        setup.config, model=model, models=tuple(m for m in setup.model_names if m != model),
+        platform=preset, platforms=(), d_max=setup.env.d_max,
+    )  # fmt: skip
+    return ppo.make_setup(config)
+
+
 def zero_shot_report(setup: ppo.Setup, params, key, models, presets, n: int,
                      best_of: int = 0,
                      baselines: tuple[str, ...] | None = None) -> list[dict]:  # fmt: skip
@@ -506,11 +518,7 @@ def zero_shot_report(setup: ppo.Setup, params, key, models, presets, n: int,
     out = []
     for i, model in enumerate(models):
         for j, preset in enumerate(presets):
-            config = dataclasses.replace(
-                c, model=model, models=tuple(m for m in setup.model_names if m != model),
-                platform=preset, platforms=(), d_max=setup.env.d_max,
-            )  # fmt: skip
-            pair = ppo.make_setup(config)
+            pair = zero_shot_pair(setup, model, preset)
             held = held_out_report(pair, params, jax.random.fold_in(key, i * len(presets) + j),
                                    n, best_of=best_of, by_model=False,
                                    baselines=baselines)  # fmt: skip
