@@ -122,8 +122,10 @@ def main(argv=None) -> dict:
     from _main import at_least  # scripts/ is on sys.path (Python puts it there)
 
     at_least(ap, "--held-out", args.held_out, 1)
-    if args.pair is not None:
-        zero_shot_pair(args.run, args.pair)  # a pair not in the grid: refused before any work
+    name = "gap_breakdown.json"
+    if args.pair is not None:  # a pair not in the grid: refused before any work
+        model, preset, _, _ = zero_shot_pair(args.run, args.pair)
+        name = f"gap_breakdown_{Path(model).name}_{preset}.json"
     doc = breakdown(args.run, args.held_out, args.pair)
     where = f" on {args.pair}" if args.pair else ""
     table = Table(title=f"greedy policy of {args.run}{where}: mean gap on {doc['n']} platforms")
@@ -140,10 +142,6 @@ def main(argv=None) -> dict:
     Console().print(table)
     print(f"batch not the optimum's on {100 * doc['batch_wrong_fraction']:.1f}% of the platforms;")
     print(f"optimal batches {doc['optimal_batch_counts']}, chosen {doc['chosen_batch_counts']}")
-    name = "gap_breakdown.json"
-    if args.pair:
-        model, preset, _, _ = zero_shot_pair(args.run, args.pair)
-        name = f"gap_breakdown_{Path(model).name}_{preset}.json"
     print("wrote", write_json(args.run / name, doc))
     return doc
 
