@@ -878,11 +878,12 @@ STRATEGIES: dict[str, Strategy] = {
 """Every baseline by name; all share (key, graph, platform, batches, *, weights) -> Plan."""
 
 
-def simulations(name: str, num_batches: int, num_devices: int) -> int:
+def simulations(name: str, num_batches: int, num_devices: int, **sizes) -> int:
     """Candidate plans a strategy evaluates with the cost model on one platform, at its default
-    sizes (`num_devices`: the platform's padded device count, as the strategy sees it): its
-    search budget, the number to set beside its gap (README, "budget")."""
-    default = default_sizes(name)
+    sizes or at the given ones (e.g. population=768, iterations=32 for cem; `num_devices`: the
+    platform's padded device count, as the strategy sees it): its search budget, the number to
+    set beside its gap (README, "budget")."""
+    default = {**default_sizes(name), **sizes}
     if name == "all_on_best_device":
         return num_devices * num_batches
     if name == "random_search":

@@ -2,13 +2,14 @@
 
     .venv/bin/python scripts/device_count_probe.py [--encoder device] [--steps 1500]
         [--teacher-platforms 1024] [--spread 2.0] [--held-out 16] [--train edge,datacenter]
-        [--test edge,soc,host3] [--teacher exact|cem|...] [--d-max 3] [--lookahead]
-        [--json FILE]
+        [--test edge,soc,host3] [--teacher exact|cem|...] [--teacher-size NAME=VALUE ...]
+        [--d-max 3] [--lookahead] [--json FILE]
 
 Clones the `--teacher`'s plans (default: the exact optimum; a baseline name such as cem for
-presets of four devices, whose exact optimum is slow) of `--teacher-platforms` platforms
-sampled around the `--train` presets (`--d-max` device slots; bert-base, `--steps` steps of
-`ppo.make_imitation`, no PPO: a probe, not a job),
+presets of four devices, whose exact optimum is slow; `--teacher-size population=768
+--teacher-size iterations=32`: its sizes, `PPOConfig.imitation_sizes`) of
+`--teacher-platforms` platforms sampled around the `--train` presets (`--d-max` device
+slots; bert-base, `--steps` steps of `ppo.make_imitation`, no PPO: a probe, not a job),
 then prints the greedy plan (batch, blocks per device, SPEC score) beside the exact optimum
 on single platforms built from the device catalogue: the two training kinds, a CPU added to
 them, a third device of a seen kind; and the mean greedy gap on `--held-out` platforms sampled
@@ -62,6 +63,13 @@ def main(argv=None) -> None:
     ap.add_argument("--train", default="edge,datacenter", help="training presets")
     ap.add_argument("--test", default="edge,soc,host3", help="presets of the gap rows")
     ap.add_argument("--teacher", default="exact", help="exact or a baseline strategy's name")
+    ap.add_argument(
+        "--teacher-size",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a search teacher's size (repeatable), e.g. population=768",
+    )
     ap.add_argument("--d-max", type=int, default=3, help="the policy's device slots")
     ap.add_argument("--lookahead", action="store_true", help="the lookahead feature group")
     ap.add_argument("--json", type=Path, default=None)
@@ -77,18 +85,30 @@ def main(argv=None) -> None:
             devices = hj.hardware.preset(name).d_max
             if devices > args.d_max:
                 ap.error(f"--d-max {args.d_max}: {opt} preset {name!r} has {devices} devices")
+    sizes = []
+    for item in args.teacher_size:
+        name, _, value = item.partition("=")
+        if not value.isdigit() or int(value) < 1:
+            ap.error(f"--teacher-size {item!r}: use NAME=VALUE with an integer VALUE >= 1")
+        sizes.append((name, int(value)))
+    if sizes:
+        try:
+            ppo.check_teacher_sizes(args.teacher, tuple(sizes))
+        except hj.PlanError as err:
+            ap.error(f"--teacher-size {' '.join(args.teacher_size)!r}: {err}")
     train = args.train.split(",")
     config = ppo.PPOConfig(
         model="bert-base", platform=train[0], platforms=tuple(train[1:]), d_max=args.d_max,
         spread=args.spread, encoder=args.encoder, imitation_teacher=args.teacher, width=128,
         head_width=64,
         imitation_steps=args.steps, imitation_platforms=args.teacher_platforms,
-        lookahead=args.lookahead,
+        lookahead=args.lookahead, imitation_sizes=tuple(sizes),
     )  # fmt: skip
     t0 = time.perf_counter()
     setup = ppo.make_setup(config)
     key = jax.random.key(0)
     teacher = teachers.make_teacher(setup, jax.random.fold_in(key, 7))
+    print(f"teacher plans in {time.perf_counter() - t0:.0f} s")
     runner = jax.jit(lambda k: ppo.init_runner(setup, k))(key)
     clone, _, _ = ppo.make_imitation(setup, teacher)
     runner, losses = jax.jit(clone)(runner)

@@ -184,6 +184,41 @@ def test_mixed_models_teacher_replay_and_training(setup):
         ppo.make_setup(dataclasses.replace(TINY, models=("bert-tiny",)))
 
 
+def test_search_teacher_at_its_sizes(setup):
+    """`imitation_sizes`: the teacher's plans are the strategy's at those sizes (cem's
+    population and iterations), on the same platforms and key; sizes the teacher does not
+    have are refused in one line when the setup is made."""
+    sized = ppo.make_setup(dataclasses.replace(
+        TINY, imitation_teacher="cem", imitation_sizes=(("population", 6), ("iterations", 2))
+    ))  # fmt: skip
+    key = jax.random.key(5)
+    got = agents.make_teacher(sized, key)
+    platforms = ppo.sample_platforms(sized, key, TINY.imitation_platforms)
+    c = sized.config
+    plans = jax.jit(jax.vmap(lambda p: hj.baselines.cem(
+        key, sized.graph, p, c.batches, weights=c.weights, population=6, iterations=2
+    )))(platforms)  # fmt: skip
+    index, placement = agents.plan_to_actions(sized, plans)
+    want = ppo.teacher_from_plans(sized, platforms, index, placement)
+    np.testing.assert_array_equal(np.asarray(got.actions), np.asarray(want.actions))
+    # the default sizes (1536 simulations) teach other plans on these platforms
+    default = agents.make_teacher(ppo.make_setup(dataclasses.replace(
+        TINY, imitation_teacher="cem")), key)  # fmt: skip
+    assert not np.array_equal(np.asarray(default.actions), np.asarray(got.actions))
+    for teacher, sizes, words in [
+        ("cem", (("pop", 6),), "'pop' is not a size of 'cem'"),
+        ("cem", (("elite_frac", 1),), "'elite_frac' is not a size"),
+        ("cem", (("population", 6), ("population", 8)), "at most once"),
+        ("exact", (("population", 6),), "'exact' has no sizes"),
+        ("greedy_eft", (("k", 2),), "'greedy_eft' has no sizes"),
+        ("cem", (("population", 0),), "imitation_sizes"),
+        ("cem", (("population", 6.5),), "imitation_sizes"),
+    ]:
+        with pytest.raises(hj.PlanError, match=words):
+            ppo.make_setup(dataclasses.replace(TINY, imitation_teacher=teacher,
+                                               imitation_sizes=sizes))  # fmt: skip
+
+
 def test_bc_term_keeps_ppo_close_to_the_teacher(setup, teacher):
     """With bc_coef > 0 every PPO minibatch also fits the teacher's actions: one update lowers
     the demonstrations' cross-entropy more than the same update without the term."""
@@ -327,6 +362,7 @@ def test_a_run_saved_before_a_config_field_existed_resumes_as_it_ran(tmp_path):
     path = tmp_path / "config.json"
     doc = json.loads(path.read_text())
     del doc["ppo"]["bc_coef"], doc["ppo"]["imitation_ties"], doc["ppo"]["descriptors"]
+    del doc["ppo"]["imitation_sizes"]  # the strategy's default sizes, as before the field
     path.write_text(json.dumps(doc))
     assert ppo.PPOConfig.from_dict(doc["ppo"]) == cfg
     agents.Trainer(cfg, tmp_path, chunk=2, validation=2)._check_config(resume=True)

@@ -79,7 +79,9 @@ def test_train_job_writes_the_report_and_place_reads_it(tmp_path, monkeypatch, c
     onnx = str(export_transformer("bert-tiny", tmp_path / "bert-tiny.onnx"))
     mini = str(export_transformer("bert-mini", tmp_path / "bert-mini.onnx"))
     run = tmp_path / "run"
-    cfg = dataclasses.replace(TINY, model=onnx, platforms=("soc",))  # around edge and soc
+    # around edge and soc, cloning cem's plans at the budget curve's first sizes
+    cfg = dataclasses.replace(TINY, model=onnx, platforms=("soc",), imitation_teacher="cem",
+                              imitation_sizes=(("population", 6), ("iterations", 3)))  # fmt: skip
     # one pair (the suite's time), unseen in both: another model on a preset with a device
     # count training never drew
     zero_shot = {"models": [mini], "presets": ["host3"], "n": 2}
@@ -107,6 +109,11 @@ def test_train_job_writes_the_report_and_place_reads_it(tmp_path, monkeypatch, c
     budgets = [p * i for p, i in report.SEARCH_BUDGETS]
     assert [r["simulations"] for r in curve["cem"]] == budgets
     assert [r["simulations"] for r in curve["random_search"]] == budgets
+    # the search teacher at the sizes it taught with: the budget curve's point of those sizes
+    teach = held["teacher"]
+    assert (teach["strategy"], teach["population"], teach["iterations"]) == ("cem", 6, 3)
+    assert teach["simulations"] == 18 and curve["cem"][0]["simulations"] == 18
+    assert teach["mean_gap_pct"] == curve["cem"][0]["mean_gap_pct"]
     # the default budgets are the baseline rows (same key, same sizes)
     for name in ("cem", "random_search"):
         assert curve[name][-1]["mean_gap_pct"] == held["baselines"][name]["mean_gap_pct"]
@@ -174,6 +181,7 @@ def test_train_job_writes_the_report_and_place_reads_it(tmp_path, monkeypatch, c
     ]
     for e in entries:
         assert e["n"] == 2 and list(e["baselines"]) == rows
+        assert e["teacher"]["simulations"] == 18 and e["teacher"]["mean_gap_pct"] >= -1e-6
         for row in (e["policy"], e["policy_greedy"], *e["baselines"].values()):
             assert np.isfinite(row["mean_gap_pct"]) and row["mean_gap_pct"] >= -1e-6
             assert row["simulations"] >= 1

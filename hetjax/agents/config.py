@@ -97,6 +97,10 @@ class PPOConfig:
     # cloning, no BC term, and the trainer selects by validation score, never solving exactly)
     imitation_teacher: str = "exact"
     imitation_platforms: int = 2048  # platforms the teacher solves
+    # a search teacher's static sizes ((name, value), ...), e.g. (("population", 768),
+    # ("iterations", 32)) for "cem" (24,576 simulations per teacher platform); (): the
+    # strategy's defaults (`hj.baselines.default_sizes`; cem: 1536 simulations)
+    imitation_sizes: tuple[tuple[str, int], ...] = ()
     imitation_ties: str = "as_solved"  # tied teacher plans: as the search returns, or "lexmin"
     imitation_batch: int = 1024  # (observation, action) pairs per cloning step
     imitation_lr: float = 1e-3
@@ -172,7 +176,8 @@ class PPOConfig:
             )
         legacy = {k: v(d) if callable(v) else v for k, v in LEGACY_DEFAULTS.items()}
         d = {**legacy, **d}
-        d["dims"] = tuple((str(n), int(v)) for n, v in d.get("dims", ()))
+        for pairs in ("dims", "imitation_sizes"):
+            d[pairs] = tuple((str(n), int(v)) for n, v in d.get(pairs, ()))
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
 
 
@@ -258,6 +263,12 @@ def _check_config(c: PPOConfig) -> None:
         for d in c.dims
     ):  # fmt: skip
         bad("dims", "must be (name, int >= 1) pairs")
+    if not all(
+        isinstance(d, tuple) and len(d) == 2 and isinstance(d[0], str)
+        and isinstance(d[1], int | np.integer) and not isinstance(d[1], bool) and d[1] >= 1
+        for d in c.imitation_sizes
+    ):  # fmt: skip
+        bad("imitation_sizes", "must be (name, int >= 1) pairs")
     if c.blocks is not None and not isinstance(c.blocks, str):
         bad("blocks", "must be None or a regex (str)")
     for name, low in _INTS.items():
@@ -318,7 +329,7 @@ LEGACY_DEFAULTS = {"bc_coef": 0.0, "imitation_ties": "as_solved", "models": (), 
                    "granularity": "block", "d_max": 0, "shaping": 0.0, "ent_coef_end": None,
                    "load_features": False, "batch_epsilon": None, "lookahead": False,
                    "platforms": (), "formats": 1, "codes": 1, "delta": 0.0,
-                   "quality_budget": None, "batch_fit_platforms": 0,
+                   "quality_budget": None, "batch_fit_platforms": 0, "imitation_sizes": (),
                    # False (the encoder before the fix) where it matters, with formats or
                    # codes; True without them, where it changes nothing, so such runs resume
                    # under today's options

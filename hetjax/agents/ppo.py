@@ -67,6 +67,7 @@ __all__ = [
     "sample_platforms",
     "device_slots",
     "check_exact_teacher",
+    "check_teacher_sizes",
     "chain_error",
     "sample_models",
     "concat_teachers",
@@ -228,6 +229,8 @@ def make_setup(config: PPOConfig) -> Setup:
     if config.imitation_teacher not in teachers:
         raise hj.PlanError(f"imitation_teacher={config.imitation_teacher!r}: must be one of "
                            f"{teachers}")  # fmt: skip
+    if config.imitation_sizes:
+        check_teacher_sizes(config.imitation_teacher, config.imitation_sizes)
     if config.imitation_teacher == "none" and (config.imitation_steps or config.bc_coef):
         raise hj.PlanError(f"imitation_teacher='none' learns without a teacher: needs "
                            f"imitation_steps=0 (got {config.imitation_steps}) and bc_coef=0 "
@@ -299,6 +302,25 @@ def make_setup(config: PPOConfig) -> Setup:
     )
     return Setup(config, env, graph, base, network, episode_len, optimizer, minibatch_steps,
                  names, hj.graphs.stack(graphs), tuple(bases))  # fmt: skip
+
+
+def check_teacher_sizes(teacher: str, sizes) -> None:
+    """One `hj.PlanError` line unless `sizes` ((name, value) pairs, `PPOConfig.imitation_sizes`)
+    are static sizes of the baseline strategy `teacher` (`hj.baselines.default_sizes`), each
+    named once: e.g. ("population", 768) and ("iterations", 32) for "cem"."""
+    known = hj.baselines.default_sizes(teacher) if teacher in hj.baselines.STRATEGIES else {}
+    known = {k: v for k, v in known.items() if isinstance(v, int)}  # sizes, not fractions
+    names = [n for n, _ in sizes]
+    if not known:
+        raise hj.PlanError(f"imitation_sizes={tuple(sizes)!r}: imitation_teacher={teacher!r} has "
+                           "no sizes (a search strategy's, e.g. cem's population and "
+                           "iterations)")  # fmt: skip
+    for name in names:
+        if name not in known:
+            raise hj.PlanError(f"imitation_sizes: {name!r} is not a size of {teacher!r}; known: "
+                               f"{', '.join(known)}")  # fmt: skip
+    if len(set(names)) != len(names):
+        raise hj.PlanError(f"imitation_sizes={tuple(sizes)!r}: each name at most once")
 
 
 def check_exact_teacher(setup: Setup) -> None:

@@ -257,6 +257,7 @@ def held_out_report(setup: ppo.Setup, params, key, n: int, best_of: int = 0,
     - "policy_greedy": the greedy (argmax) plan, one simulation;
     - "baselines": every baseline strategy at its default budget (`baselines`: only those
       names of `hj.baselines.STRATEGIES`, in that order; None: all);
+    - "teacher" (a search teacher at `config.imitation_sizes`): that strategy at those sizes;
     - "budget" (budget=True): the policy at `POLICY_SAMPLES` samples and random_search and
       cem at `SEARCH_BUDGETS`, gap against simulations;
     - "by_model" (several trained models, `by_model`): the greedy policy on each of them.
@@ -323,6 +324,13 @@ def held_out_report(setup: ppo.Setup, params, key, n: int, best_of: int = 0,
         t0 = time.perf_counter()
         sims = hj.baselines.simulations(name, n_batches, n_devices)
         out["baselines"][name] = judge(strategy_scores(hj.baselines.get(name)), sims, t0)
+    if c.imitation_sizes and c.imitation_teacher in hj.baselines.STRATEGIES:
+        # the search teacher at the sizes it taught with (its default-size row: "baselines")
+        t0, sizes = time.perf_counter(), dict(c.imitation_sizes)
+        teacher = hj.baselines.get(c.imitation_teacher)
+        sims = hj.baselines.simulations(c.imitation_teacher, n_batches, n_devices, **sizes)
+        out["teacher"] = judge(strategy_scores(teacher, **sizes), sims, t0,
+                               strategy=c.imitation_teacher, **sizes)  # fmt: skip
     if budget:
         curve = {"policy": [], "random_search": [], "cem": []}
         done = {**done, 0: out["policy_greedy"], best_of: out["policy"]}
@@ -505,7 +513,8 @@ def zero_shot_report(setup: ppo.Setup, params, key, models, presets, n: int,
                      baselines: tuple[str, ...] | None = None) -> list[dict]:  # fmt: skip
     """The trained policy, without more training, on every (model, preset) pair: one entry
     each, `{"model", "preset", "seen_model", "seen_preset", "n", "exact_wall_s", "policy",
-    "policy_greedy", "baselines"}`, the last three as in `held_out_report` (gaps in % of the
+    "policy_greedy", "baselines"}` (and "teacher" where `held_out_report` has it), the last
+    three as in `held_out_report` (gaps in % of the
     exact optimum's score on `n` platforms sampled around the preset from a stream training
     never used; simulations per platform in each row). `models`: built-in names or ONNX
     files; `presets`: preset names with up to the policy's `d_max` devices. A pair is seen
@@ -528,5 +537,6 @@ def zero_shot_report(setup: ppo.Setup, params, key, models, presets, n: int,
                 "seen_preset": preset in c.presets, "n": n, "reference": held["reference"],
                 "exact_wall_s": held.get("exact_wall_s"), "policy": held["policy"],
                 "policy_greedy": held["policy_greedy"], "baselines": held["baselines"],
+                **({"teacher": held["teacher"]} if "teacher" in held else {}),
             })  # fmt: skip
     return out

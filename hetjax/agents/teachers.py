@@ -84,28 +84,30 @@ def make_teacher(setup: Setup, key, n: int | None = None, kind: str | None = Non
     """Teacher episodes on n platforms sampled from `key` (never the held-out stream).
 
     kind "exact": the exact score optimum of each platform; any name in
-    `hj.baselines.STRATEGIES`: that strategy's plan. With `imitation_ties="lexmin"` each plan
-    is then replaced by the canonical one among the plans tied with it (`canonical_ties`), so
-    equal situations get equal actions.
+    `hj.baselines.STRATEGIES`: that strategy's plan (the config's teacher at
+    `config.imitation_sizes`, e.g. cem's population and iterations). With
+    `imitation_ties="lexmin"` each plan is then replaced by the canonical one among the plans
+    tied with it (`canonical_ties`), so equal situations get equal actions.
     """
     c = setup.config
     n = n or c.imitation_platforms
     kind = kind or c.imitation_teacher
     platforms = sample_platforms(setup, key, n)
     models = sample_models(setup, key, n) if setup.mixed else None
+    sizes = dict(c.imitation_sizes) if kind == c.imitation_teacher else {}
     if kind == "exact":
         _, plans = exact_scores(setup, platforms, models=models)
     elif models is None:
         strategy = baselines.get(kind)
         plans = jax.jit(
-            jax.vmap(lambda p: strategy(key, setup.graph, p, c.batches, weights=c.weights))
+            jax.vmap(lambda p: strategy(key, setup.graph, p, c.batches, weights=c.weights, **sizes))
         )(platforms)
     else:
         strategy = baselines.get(kind)
 
         def plan_of(p, m):
             graph = jax.tree.map(lambda x: x[m], setup.graphs)
-            return strategy(key, graph, p, c.batches, weights=c.weights)
+            return strategy(key, graph, p, c.batches, weights=c.weights, **sizes)
 
         plans = jax.jit(jax.vmap(plan_of))(platforms, models)
     index, placement = plan_to_actions(setup, plans, models)

@@ -91,13 +91,14 @@ def quality_options(formats: bool, compression: bool, quality_budget, delta) -> 
         )
 
 
-def parse_dims(option: str, items: list[str] | None) -> dict[str, int]:
-    """`--dim NAME=VALUE` entries as a dict of positive integers."""
+def parse_dims(option: str, items: list[str] | None, example: str = "sequence=128"
+               ) -> dict[str, int]:  # fmt: skip
+    """`--dim NAME=VALUE` entries (or another option's) as a dict of positive integers."""
     out = {}
     for item in items or []:
         name, sep, value = item.partition("=")
         if not sep or not name:
-            raise OptionError(f"{option} {item!r}: use NAME=VALUE, e.g. {option} sequence=128")
+            raise OptionError(f"{option} {item!r}: use NAME=VALUE, e.g. {option} {example}")
         try:
             out[name] = int(value)
         except ValueError:

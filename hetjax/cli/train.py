@@ -110,6 +110,14 @@ def train_cmd(
     imitation_platforms: Annotated[
         int | None, typer.Option(help="platforms the exact teacher solves")
     ] = None,
+    teacher_size: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="a search teacher's size NAME=VALUE, repeatable (e.g. --teacher cem "
+            "--teacher-size population=768 --teacher-size iterations=32; default: the "
+            "strategy's own)"
+        ),
+    ] = None,
     imitation_ties: Annotated[
         str | None, typer.Option(help="tied teacher plans: as_solved | lexmin")
     ] = None,
@@ -219,6 +227,12 @@ def train_cmd(
         with checks.naming("--baselines", baselines):
             rows = check_baselines(_names(baselines))
     dims = checks.parse_dims("--dim", dim)
+    sizes = checks.parse_dims("--teacher-size", teacher_size, example="population=768")
+    if sizes:
+        from hetjax.agents.ppo import check_teacher_sizes
+
+        with checks.naming("--teacher-size", " ".join(teacher_size)):
+            check_teacher_sizes(teacher, tuple(sizes.items()))
     checks.writable_dir("--out", out)
     checks.run_dir("--out", out, must_exist=False)
     given = dict(num_envs=num_envs, num_updates=num_updates, imitation_steps=imitation_steps,
@@ -228,7 +242,8 @@ def train_cmd(
                  formats=3 if formats else None, codes=3 if compression else None,
                  delta=delta, quality_budget=quality_budget,
                  batch_fit_platforms=batch_fit, d_max=d_max,
-                 descriptors=descriptors, lookahead=lookahead or None)  # fmt: skip
+                 descriptors=descriptors, lookahead=lookahead or None,
+                 imitation_sizes=tuple(sizes.items()) or None)  # fmt: skip
     extra = _names(models)
     # --teacher none / a baseline: the from-scratch settings; options given here still win
     settings = teacher_settings(teacher)
@@ -325,6 +340,8 @@ def train_cmd(
         methods.append(("PPO policy: greedy", h["policy_greedy"]))
     if "exact_blocks" in h:
         methods.append(("exact optimum at block granularity", h["exact_blocks"]))
+    if "teacher" in h:
+        methods.append((f"teacher: {h['teacher']['strategy']}", h["teacher"]))
     for name, s in [*methods, *h["baselines"].items()]:
         t2.add_row(name, str(s["simulations"]), f"{s['mean_gap_pct']:.2f}",
                    f"{s['median_gap_pct']:.2f}", f"{100 * s['within_1pct']:.1f}",
