@@ -37,6 +37,11 @@ def test_run_turns_hetjax_errors_and_missing_files_into_one_line(capsys):
     (["scripts/sweep_progress.py", "/nonexistent-sweep"], "/nonexistent-sweep/sweep.json"),
     (["scripts/sweep_progress.py", "/tmp", "--elapsed", "-5"], "--elapsed -5"),
     (["scripts/onnx_exact.py", "--models", "nosuch"], "nosuch"),
+    (["scripts/teacher_budget.py", "--sizes", "768x32,5x2", "--json", "OUT"], "'5x2'"),
+    (["scripts/teacher_budget.py", "--sizes", "768by32", "--json", "OUT"], "'768by32'"),
+    (["scripts/teacher_budget.py", "--presets", "host4,nosuch", "--json", "OUT"], "'nosuch'"),
+    (["scripts/device_count_probe.py", "--teacher", "cem", "--teacher-size", "pop=5", "--json",
+      "OUT"], "'pop'"),
     (["scripts/bound_gap.py", "--presets", "edge,edgy", "--out", "OUT"], "edgy"),
     (["scripts/bound_gap.py", "--n", "0", "--out", "OUT"], "--n 0"),
     # each refused before any work (the outside review of 2026-11-28 found these late or raw)
@@ -76,3 +81,27 @@ def test_bound_gap_is_the_optimum_below_the_bound(tmp_path):
         assert gap >= 0.0
         np.testing.assert_allclose(gap, 100 * (bound - opt) / bound, rtol=1e-5, atol=1e-9)
     assert (tmp_path / "g.json").exists() and row["max_pct"] >= row["mean_pct"] >= row["min_pct"]
+
+
+def test_teacher_budget_is_cem_against_the_exact_optimum():
+    """scripts/teacher_budget.py (docs/agent.md's teacher-size table): each row's gaps are
+    CEM's plans at that size against the exact optimum, computed here one platform at a time."""
+    import jax
+    import numpy as np
+
+    script = load_script("scripts/teacher_budget.py")
+    doc = script.measure("bert-tiny", "edge", 2, [(6, 2), (12, 3)])
+    g = hj.graphs.transformer("bert-tiny")
+    ps = hj.hardware.sample(jax.random.key(7), 2, base="edge")
+    for row in doc["rows"]:
+        gaps = []
+        for i in range(2):
+            p = jax.tree.map(lambda x, i=i: x[i], ps)
+            plan = hj.baselines.cem(jax.random.key(0), g, p, population=row["population"],
+                                    iterations=row["iterations"])  # fmt: skip
+            s = float(hj.score(hj.evaluate(g, p, plan), hj.evaluate(g, p, hj.reference_plan(g))))
+            _, opt = hj.exact.optimal_score(g, p)
+            gaps.append(100 * (opt - s) / abs(opt))
+        assert row["simulations"] == row["population"] * row["iterations"]
+        np.testing.assert_allclose(row["mean_gap_pct"], np.mean(gaps), rtol=1e-4, atol=1e-4)
+        assert row["max_gap_pct"] >= row["mean_gap_pct"] >= -1e-6
