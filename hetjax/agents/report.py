@@ -516,8 +516,8 @@ def zero_shot_report(setup: ppo.Setup, params, key, models, presets, n: int,
     "policy_greedy", "baselines"}` (and "teacher" where `held_out_report` has it), the last
     three as in `held_out_report` (gaps in % of the exact optimum's score on `n` platforms
     sampled around the preset from a stream training never used; simulations per platform in
-    each row). `models`: built-in names or ONNX
-    files; `presets`: preset names with up to the policy's `d_max` devices. A pair is seen
+    each row). `models`: built-in names or ONNX files; `presets`: preset names with up to
+    the policy's `d_max` devices. A pair is seen
     when training drew its model (`config.model` or `config.models`) or its preset
     (`config.platform` or `config.platforms`). The policy runs in the environment sized for
     the pair's model and the trained models together (the trained padding kept, as `hetjax
