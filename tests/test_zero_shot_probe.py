@@ -2,6 +2,7 @@
 checked-in runs (docs/results/zero_shot/ties_probe.json, docs/agent.md)."""
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -56,3 +57,26 @@ def test_lexmin_job_table_is_the_checked_in_reports():
                  for e in (a, b)]  # fmt: skip
         row = f"| {a['model']} | {a['preset']} | {cells[0]} | {cells[1]} |"
         assert row in text.replace("**", ""), row
+
+
+def test_teacher_size_tables_are_the_checked_in_runs():
+    """docs/agent.md's "A stronger teacher": CEM's gap at each size (teacher_budget_cem.json),
+    and the zero-shot grid of job A beside the same job taught by CEM at 768 x 32 (their
+    reports): greedy (best of 17), the teacher row, CEM at its default."""
+    res = ROOT / "docs/results/zero_shot"
+    text = (ROOT / "docs/agent.md").read_text().replace("**", "")
+    budget = json.loads((res / "teacher_budget_cem.json").read_text())
+    for run in budget["runs"]:
+        cells = [f"{r['mean_gap_pct']:.2f} ({r['max_gap_pct']:.2f})" for r in run["rows"]]
+        assert f"| {run['preset']} | " + " | ".join(cells) + " |" in text, run["preset"]
+    old, new = (json.loads((res / f"two_and_four_devices_{n}_lookahead_report.json").read_text())
+                for n in ("cem4000", "cem768x32"))  # fmt: skip
+    assert new["config"]["imitation_sizes"] == [["population", 768], ["iterations", 32]]
+    for a, b in zip(old["zero_shot"], new["zero_shot"], strict=True):
+        assert (a["model"], a["preset"]) == (b["model"], b["preset"])
+        assert b["teacher"]["simulations"] == 768 * 32
+        cells = [f"{e['policy_greedy']['mean_gap_pct']:.2f} ({e['policy']['mean_gap_pct']:.2f})"
+                 for e in (a, b)]  # fmt: skip
+        teacher, cem = b["teacher"]["mean_gap_pct"], b["baselines"]["cem"]["mean_gap_pct"]
+        row = f"| {b['model']} | {b['preset']} | {' | '.join(cells)} | {teacher:.2f} | {cem:.2f} |"
+        assert row in re.sub(r"\| (model/preset|model|preset|neither) \|", "|", text), row
