@@ -257,18 +257,13 @@ def _check_config(c: PPOConfig) -> None:
         bad("models", "must be a tuple of model names")
     if isinstance(c.platforms, str) or not all(isinstance(p, str) for p in c.platforms):
         bad("platforms", "must be a tuple of preset names")
-    if not all(
-        isinstance(d, tuple) and len(d) == 2 and isinstance(d[0], str)
-        and isinstance(d[1], int | np.integer) and not isinstance(d[1], bool) and d[1] >= 1
-        for d in c.dims
-    ):  # fmt: skip
-        bad("dims", "must be (name, int >= 1) pairs")
-    if not all(
-        isinstance(d, tuple) and len(d) == 2 and isinstance(d[0], str)
-        and isinstance(d[1], int | np.integer) and not isinstance(d[1], bool) and d[1] >= 1
-        for d in c.imitation_sizes
-    ):  # fmt: skip
-        bad("imitation_sizes", "must be (name, int >= 1) pairs")
+    for name in ("dims", "imitation_sizes"):
+        if not all(
+            isinstance(d, tuple) and len(d) == 2 and isinstance(d[0], str)
+            and isinstance(d[1], int | np.integer) and not isinstance(d[1], bool) and d[1] >= 1
+            for d in getattr(c, name)
+        ):  # fmt: skip
+            bad(name, "must be (name, int >= 1) pairs")
     if c.blocks is not None and not isinstance(c.blocks, str):
         bad("blocks", "must be None or a regex (str)")
     for name, low in _INTS.items():
