@@ -95,6 +95,18 @@ CASES = [
     (["train", "--teacher", "cem", "--teacher-size", "pop=5"], ["--teacher-size", "'pop'"]),
     (["train", "--teacher", "cem", "--teacher-size", "k"], ["--teacher-size", "NAME=VALUE"]),
     (["train", "--teacher-size", "population=768"], ["--teacher-size", "'exact' has no sizes"]),
+    (
+        [
+            "train",
+            "--teacher",
+            "cem",
+            "--teacher-size",
+            "population=8",
+            "--teacher-size",
+            "population=9",
+        ],
+        ["--teacher-size", "at most once"],
+    ),
     (["train", "--teacher", "none", "--imitation-steps", "5"], ["--imitation-steps", "5"]),
     (["train", "--teacher", "none", "--bc-coef", "0.5"], ["bc_coef", "0.5"]),
     (["train", "--quality-budget", "1"], ["--quality-budget", "1", "--formats"]),

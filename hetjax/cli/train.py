@@ -228,6 +228,9 @@ def train_cmd(
             rows = check_baselines(_names(baselines))
     dims = checks.parse_dims("--dim", dim)
     sizes = checks.parse_dims("--teacher-size", teacher_size, example="population=768")
+    if len(sizes) < len(teacher_size or ()):
+        raise checks.OptionError(f"--teacher-size {' '.join(teacher_size)!r}: each name at "
+                                 "most once")  # fmt: skip
     if sizes:
         from hetjax.agents.ppo import check_teacher_sizes
 
