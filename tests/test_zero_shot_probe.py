@@ -80,3 +80,19 @@ def test_teacher_size_tables_are_the_checked_in_runs():
         teacher, cem = b["teacher"]["mean_gap_pct"], b["baselines"]["cem"]["mean_gap_pct"]
         row = f"| {b['model']} | {b['preset']} | {' | '.join(cells)} | {teacher:.2f} | {cem:.2f} |"
         assert row in re.sub(r"\| (model/preset|model|preset|neither) \|", "|", text), row
+
+
+def test_second_seed_table_is_the_checked_in_reports():
+    """docs/agent.md's "Job A at a second seed": greedy (best of 17) of job A at seeds 0 and 1
+    and of the stronger teacher's job, pair by pair."""
+    res = ROOT / "docs/results/zero_shot"
+    text = (ROOT / "docs/agent.md").read_text()
+    names = ("cem4000_lookahead", "cem4000_lookahead_seed1", "cem768x32_lookahead")
+    reports = [json.loads((res / f"two_and_four_devices_{n}_report.json").read_text())
+               for n in names]  # fmt: skip
+    assert [r["config"]["seed"] for r in reports] == [0, 1, 0]
+    for entries in zip(*(r["zero_shot"] for r in reports), strict=True):
+        cells = [f"{e['policy_greedy']['mean_gap_pct']:.2f} ({e['policy']['mean_gap_pct']:.2f})"
+                 for e in entries]  # fmt: skip
+        row = f"| {entries[0]['model']} | {entries[0]['preset']} | {' | '.join(cells)} |"
+        assert row in text, row
