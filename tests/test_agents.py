@@ -93,6 +93,15 @@ def test_imitation_lowers_loss_and_ppo_starts_from_the_clone(setup, teacher):
                  cloned.params, out["runner"].params)  # fmt: skip
 
 
+def test_the_clone_reads_the_teacher_behind_a_barrier(setup, teacher):
+    """The teacher's arrays are closed over by the clone: without the optimization barrier
+    XLA folds every computation on them at compile time (benchmarks/bench_clone_compile.py)."""
+    clone, _, observe = ppo.make_imitation(setup, teacher)
+    runner = jax.jit(lambda k: ppo.init_runner(setup, k))(jax.random.key(3))
+    for fn, arg in ((clone, runner), (observe, jax.random.key(0))):
+        assert "optimization_barrier" in jax.jit(fn).lower(arg).as_text()
+
+
 def test_imitation_fits_the_value_head_to_the_teachers_return(setup, teacher):
     clone, loss_fn, observe = ppo.make_imitation(setup, teacher)
     runner = jax.jit(lambda k: ppo.init_runner(setup, k))(jax.random.key(3))

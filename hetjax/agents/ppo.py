@@ -794,18 +794,21 @@ def make_imitation(setup: Setup, teacher: Teacher, steps: int | None = None,
     k = teacher.actions.shape[0]
 
     def observe(key):  # replay the teacher's episodes: every observation and return to go
-        obs, state = jax.vmap(env.reset)(jax.random.split(key, k), params)
+        # The teacher's arrays and parameters are closed over, so under `jax.jit` they are
+        # constants, and XLA would fold every computation on them at compile time (with 1024
+        # four-device platforms, 67 s of compiling, 8192 several minutes): the barrier keeps
+        # them values that the program reads.
+        params_, actions = jax.lax.optimization_barrier((params, teacher.actions))
+        obs, state = jax.vmap(env.reset)(jax.random.split(key, k), params_)
 
         def step(carry, a):
             obs, state, alive = carry
             obs2, state, reward, term, trunc, _ = jax.vmap(env.step)(
-                jax.random.split(key, k), state, a, params
+                jax.random.split(key, k), state, a, params_
             )
             return (obs2, state, alive & ~(term | trunc)), (obs, reward, alive)
 
-        _, (seen, rewards, alive) = jax.lax.scan(
-            step, (obs, state, jnp.ones(k, bool)), teacher.actions.T
-        )
+        _, (seen, rewards, alive) = jax.lax.scan(step, (obs, state, jnp.ones(k, bool)), actions.T)
         rewards = jnp.where(alive, rewards, 0.0)
         to_go = jnp.flip(jnp.cumsum(jnp.flip(rewards, 0), 0), 0)  # [T, K], gamma = 1
         flat = lambda x: x.reshape((-1,) + x.shape[2:])  # noqa: E731
@@ -831,7 +834,7 @@ def make_imitation(setup: Setup, teacher: Teacher, steps: int | None = None,
     def clone(runner: RunnerState):
         key, k_obs, k_steps = jax.random.split(runner.key, 3)
         obs, to_go, valid = observe(k_obs)
-        actions, to_go, valid = _targets(teacher, to_go, valid)
+        actions, to_go, valid = _targets(jax.lax.optimization_barrier(teacher), to_go, valid)
         size = actions.shape[0]
         weighted = setup.mixed or teacher.weight is not None
 
