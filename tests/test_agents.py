@@ -607,6 +607,52 @@ def test_place_on_a_mixed_model_run_keeps_the_training_padding(mixed_run, monkey
     assert f"block devices: {want}" in out and f"batch {float(sampled.batch):g};" in out
 
 
+def test_a_platform_file_trains_and_places_like_its_preset(mixed_run, tmp_path, monkeypatch,
+                                                           capsys):  # fmt: skip
+    """`PPOConfig.platform` / `platforms` (and `hetjax train --platform FILE.json`) take a
+    platform JSON file as well as a preset: the same training platforms, teacher and zero-shot
+    checks; `place` on a run trained around a file reads the file's device names."""
+    import shutil
+    import sys
+
+    from hetjax import cli
+    from hetjax.agents import jobs
+
+    edge = tmp_path / "my-edge.json"
+    hj.hardware.save(hj.hardware.preset("edge"), edge, device_names=["gpu-a", "npu-b"])
+    soc = tmp_path / "soc.json"
+    hj.hardware.save(hj.hardware.preset("soc"), soc)
+    by_name = dataclasses.replace(MIXED, platform="edge", platforms=("soc",))
+    by_file = dataclasses.replace(MIXED, platform=str(edge), platforms=(str(soc),))
+    a, b = ppo.make_setup(by_name), ppo.make_setup(by_file)
+    same = lambda x, y: all(np.array_equal(u, v) for u, v in  # noqa: E731
+                            zip(jax.tree.leaves(x), jax.tree.leaves(y), strict=True))  # fmt: skip
+    assert same(a.bases, b.bases) and ppo.device_slots(by_file) == ppo.device_slots(by_name)
+    key = jax.random.key(4)
+    assert same(ppo.sample_platforms(a, key, 8), ppo.sample_platforms(b, key, 8))
+    grid = jobs.check_zero_shot(by_file, {"models": ["bert-tiny"], "presets": [str(soc)]})
+    assert grid["presets"] == [str(soc)]
+    assert jobs.default_zero_shot(by_file)["presets"][0] == str(edge)
+    with pytest.raises(hj.UnknownNameError, match="no such file"):
+        ppo.make_setup(dataclasses.replace(MIXED, platform=str(tmp_path / "gone.json")))
+    # place on a run trained around the file: its device names, the preset's plan
+    run = tmp_path / "run"
+    shutil.copytree(mixed_run[0], run)
+    doc = json.loads((run / "config.json").read_text())
+    doc["ppo"]["platform"] = str(edge)
+    (run / "config.json").write_text(json.dumps(doc))
+    outs = []
+    for path in (mixed_run[0], run):
+        monkeypatch.setattr(sys, "argv", ["hetjax", "place", "--checkpoint", str(path),
+                                          "--best-of", "0"])  # fmt: skip
+        with pytest.raises(SystemExit) as exc:
+            cli.main()
+        assert exc.value.code in (0, None)
+        outs.append(capsys.readouterr().out)
+    line = [ln for ln in outs[0].splitlines() if "block devices" in ln]
+    assert line and line[0] in outs[1] and "gpu-a" in outs[1] and "gpu-a" not in outs[0]
+
+
 def test_op_granularity_trains_from_a_heuristic_and_reports_against_the_best_found(tmp_path):
     """No exact optimum at op granularity: the report's gaps are to the best plan any row
     found on each platform (so the best row has 0 on every platform it won), and every row

@@ -122,6 +122,15 @@ CASES = [
     (["train", "--seq-len", "0"], ["--seq-len", "0"]),
     (["train", "--platform", "moon"], ["--platform", "moon"]),
     (["train", "--platform", "adir"], ["--platform", "adir"]),
+    # platform files: validated before any work, named by their option
+    (["train", "--platform", "neg.json"], ["--platform", "neg.json", "link_bw"]),
+    (["train", "--platform", "broken.json"], ["--platform", "broken.json"]),
+    (["train", "--platforms", "edge.json,short.json"], ["--platforms", "short.json", "mem_bw"]),
+    (["train", "--platforms", "host4.json"], ["--platforms", "host4.json", "--d-max 3"]),
+    (
+        ["train", "--zero-shot-models", "gpt2", "--zero-shot-platforms", "str.json"],
+        ["--zero-shot-platforms", "str.json"],
+    ),
     (["train", "--model", "bert-huge"], ["--model", "bert-huge"]),
     (["train", "--models", "gpt2,nope"], ["--models", "nope"]),
     (["train", "--platforms", "datacenter,nope"], ["--platforms", "nope"]),
@@ -284,6 +293,7 @@ def scratch(tmp_path_factory):
     relu = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="r")], "g", [x], [y])
     (d / "relu.onnx").write_bytes(helper.make_model(relu).SerializeToString())
     hj.hardware.save(hj.hardware.preset("edge"), d / "edge.json")
+    hj.hardware.save(hj.hardware.preset("host4"), d / "host4.json")
     good = json.loads((d / "edge.json").read_text())
 
     def variant(name, edit):

@@ -49,9 +49,11 @@ class PPOConfig:
     # graphs are DAGs with no exact optimum, so they train from scratch or from a heuristic
     # teacher and the report judges plans against the best found and `hj.bounds`
     granularity: str = "block"
-    platform: str = "edge"  # preset around which training platforms are sampled
-    # more presets to sample around: each environment draws one of (platform,) + platforms per
-    # update (uniformly); the `place` default and the report's preset row use `platform`
+    # preset (or platform JSON file, `hj.hardware.resolve`) training platforms are sampled around
+    platform: str = "edge"
+    # more presets or platform files to sample around: each environment draws one of
+    # (platform,) + platforms per update (uniformly); the `place` default and the report's
+    # preset row use `platform`
     platforms: tuple[str, ...] = ()
     # device slots of the environment (the observation's width): the policy applies to every
     # platform with up to d_max devices (`hetjax place --platform`); 0 = the preset's count
@@ -256,7 +258,7 @@ def _check_config(c: PPOConfig) -> None:
     if isinstance(c.models, str) or not all(isinstance(m, str) for m in c.models):
         bad("models", "must be a tuple of model names")
     if isinstance(c.platforms, str) or not all(isinstance(p, str) for p in c.platforms):
-        bad("platforms", "must be a tuple of preset names")
+        bad("platforms", "must be a tuple of preset names or platform files")
     for name in ("dims", "imitation_sizes"):
         if not all(
             isinstance(d, tuple) and len(d) == 2 and isinstance(d[0], str)

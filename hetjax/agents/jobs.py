@@ -136,7 +136,7 @@ def default_zero_shot(config, n: int | None = None) -> dict:
     presets = [config.platform] + [p for p in DEFAULT_ZERO_SHOT["presets"]
                                    if p != config.platform]  # fmt: skip
     slots = ppo.device_slots(config)
-    presets = [p for p in presets if hardware.preset(p).d_max <= slots]
+    presets = [p for p in presets if hardware.resolve(p).d_max <= slots]
     return {"models": models, "presets": presets, "n": DEFAULT_ZERO_SHOT["n"] if n is None else n}
 
 
@@ -159,7 +159,7 @@ def check_zero_shot(config, zero_shot: dict) -> dict:
         raise PlanError(f"zero_shot n = {n!r}: platforms per pair must be an int >= 1")
     d_max = ppo.device_slots(config)
     for p in presets:
-        devices = hj.hardware.preset(p).d_max  # unknown names raise UnknownNameError
+        devices = hj.hardware.resolve(p).d_max  # a preset or a file; else UnknownNameError
         if devices > d_max:
             raise hj.PlatformError(f"zero_shot preset {p!r}: {devices} devices > d_max="
                                    f"{d_max}, the policy's device slots")  # fmt: skip

@@ -248,7 +248,7 @@ def make_setup(config: PPOConfig) -> Setup:
         raise hj.PlanError(f"platforms={config.platforms!r}: each preset at most once, "
                            f"{config.platform!r} (the platform) included")  # fmt: skip
     graphs = [load_model(config, name) for name in names]
-    bases = [hj.hardware.preset(name) for name in presets]
+    bases = [hj.hardware.resolve(name) for name in presets]  # a preset or a platform file
     base = bases[0]
     for name, b in zip(presets, bases, strict=True):
         if config.d_max and b.d_max > config.d_max:
@@ -354,7 +354,7 @@ def chain_error(setup: Setup, m: int = 0) -> hj.NotAChainError | None:
 def device_slots(config: PPOConfig) -> int:
     """The policy's device slots: `config.d_max`, or (0, runs saved before d_max existed) the
     most devices of the presets it trained around."""
-    return config.d_max or max(hj.hardware.preset(p).d_max for p in config.presets)
+    return config.d_max or max(hj.hardware.resolve(p).d_max for p in config.presets)
 
 
 def sample_platforms(setup: Setup, key, n: int):

@@ -43,10 +43,15 @@ def train_cmd(
             "none or a heuristic, and plans are judged against the best found)"
         ),
     ] = "block",
-    platform: Annotated[str, typer.Option(help="preset to sample platforms around")] = "edge",
+    platform: Annotated[
+        str, typer.Option(help="preset or platform JSON file to sample platforms around")
+    ] = "edge",
     platforms: Annotated[
         str | None,
-        typer.Option(help="more presets to sample around, comma-separated (e.g. datacenter)"),
+        typer.Option(
+            help="more presets or platform files to sample around, comma-separated (e.g. "
+            "datacenter)"
+        ),
     ] = None,
     d_max: Annotated[
         int | None,
@@ -78,7 +83,8 @@ def train_cmd(
         ),
     ] = None,
     zero_shot_platforms: Annotated[
-        str | None, typer.Option(help="presets of the zero-shot report, comma-separated")
+        str | None,
+        typer.Option(help="presets or platform files of the zero-shot report, comma-separated"),
     ] = None,
     zero_shot_n: Annotated[
         int | None,
@@ -206,13 +212,14 @@ def train_cmd(
     checks.one_of("--advantage", advantage, ADVANTAGES)
     checks.one_of("--encoder", encoder, ENCODERS)
     checks.one_of("--descriptors", descriptors, DESCRIPTORS)
-    checks.one_of("--platform", platform, tuple(hj.hardware.PRESETS))
+    # presets by name or platform JSON files, each validated here (before any work)
+    devices = {platform: int(checks.platform(platform, "--platform")[0].d_max)}
     more = _names(platforms)
     for name in more:
-        checks.one_of("--platforms", name, tuple(hj.hardware.PRESETS))
+        devices[name] = int(checks.platform(name, "--platforms")[0].d_max)
     zs_models, zs_presets = _names(zero_shot_models), _names(zero_shot_platforms)
     for name in zs_presets:
-        checks.one_of("--zero-shot-platforms", name, tuple(hj.hardware.PRESETS))
+        checks.platform(name, "--zero-shot-platforms")
     default_grid = not zs_models and not zs_presets
     checks.at_least("--zero-shot-n", zero_shot_n, 0 if default_grid else 1)
     if bool(zs_models) != bool(zs_presets):
@@ -283,7 +290,7 @@ def train_cmd(
         )
     for opt, names in (("--platform", (platform,)), ("--platforms", more)):
         for name in names:
-            n = hj.hardware.preset(name).d_max
+            n = devices[name]
             if n > config.d_max:
                 raise checks.OptionError(
                     f"{opt} {name!r}: {n} devices > --d-max {config.d_max} (the policy's "
@@ -487,9 +494,9 @@ def place_cmd(
     t = Table(title=f"policy plan: {config.model} on {where}")
     t.add_column("metric")
     t.add_column("value", justify="right")
-    device_names = (
-        names if loaded is not None else hj.hardware.PRESETS[config.platform].device_names
-    )
+    if loaded is None:  # the trained platform: a preset or a platform file
+        names = checks.platform(config.platform, "--checkpoint's platform")[1]
+    device_names = names
     for k, v in metrics_rows(m, device_names, p.device_mask):  # not the padding slots
         t.add_row(k, v)
     q = ppo.quality_args(config)

@@ -21,6 +21,7 @@ from hetjax.hardware.presets import (
     LinkSpec,
     PresetSpec,
     preset,
+    resolve,
 )
 from hetjax.hardware.sample import MAX_SPREAD, SAMPLED_LINKS, sample
 
@@ -37,6 +38,7 @@ __all__ = [
     "LinkSpec",
     "PresetSpec",
     "preset",
+    "resolve",
     "sample",
     "validate",
     "pad",

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hetjax.errors import UnknownNameError
-from hetjax.hardware.core import Platform
+from hetjax.hardware.core import Platform, load, validate
 
 __all__ = [
     "DeviceSpec",
@@ -22,6 +22,7 @@ __all__ = [
     "PresetSpec",
     "PRESETS",
     "preset",
+    "resolve",
     "LINKS",
     "EFFICIENCY",
     "STREAM_EFFICIENCY",
@@ -272,3 +273,21 @@ def preset(name: str) -> Platform:
             f"unknown platform preset {name!r}; presets: {', '.join(PRESETS)}"
         ) from None
     return spec.build()
+
+
+def resolve(name_or_path) -> Platform:
+    """A preset by name (see `preset`), else the platform file at that path (written by
+    `hj.hardware.save` or `hetjax calibrate`; validated). A preset's name means the preset
+    even where a file of that name exists (`./NAME` names the file). Unknown names that are no
+    file raise `UnknownNameError` naming the presets; a bad file raises `PlatformError`."""
+    from pathlib import Path
+
+    if isinstance(name_or_path, str) and name_or_path in PRESETS:
+        return preset(name_or_path)
+    if not isinstance(name_or_path, str | Path):
+        raise UnknownNameError(f"platform = {name_or_path!r}: give a preset's name (one of "
+                               f"{', '.join(PRESETS)}) or a platform JSON file")  # fmt: skip
+    if not Path(name_or_path).exists():
+        raise UnknownNameError(f"platform {str(name_or_path)!r}: not a preset ("
+                               f"{', '.join(PRESETS)}) and no such file")  # fmt: skip
+    return validate(load(name_or_path))
