@@ -18,7 +18,7 @@ import sys
 
 from hetjax.errors import HetjaxError
 
-__all__ = ["run", "at_least", "finite", "presets", "models"]
+__all__ = ["run", "at_least", "finite", "presets", "platforms", "models"]
 
 
 def _one_line_error(self, message):
@@ -63,6 +63,21 @@ def presets(ap, option: str, names) -> list[str]:
         if n not in PRESETS:
             ap.error(f"{option} {n!r}: not a preset ({', '.join(PRESETS)})")
     return names
+
+
+def platforms(ap, option: str, names) -> list[tuple[str, object]]:
+    """(name, Platform) of every preset name or platform JSON file (`hj.hardware.resolve`),
+    before any work."""
+    from hetjax.errors import HetjaxError
+    from hetjax.hardware import resolve
+
+    out = []
+    for n in [n for n in (names.split(",") if isinstance(names, str) else names) if n]:
+        try:
+            out.append((n, resolve(n)))
+        except HetjaxError as err:
+            ap.error(f"{option} {n!r}: {err}")
+    return out
 
 
 def models(ap, option: str, names) -> list[str]:

@@ -1,7 +1,8 @@
 """How a policy trained on two-device platforms treats a third device (docs/agent.md).
 
     .venv/bin/python scripts/device_count_probe.py [--encoder device] [--steps 1500]
-        [--teacher-platforms 1024] [--spread 2.0] [--held-out 16] [--train edge,datacenter]
+        [--teacher-platforms 1024] [--spread 2.0] [--held-out 16]
+        [--train edge,datacenter,FILE.json]
         [--test edge,soc,host3] [--teacher exact|cem|...] [--teacher-size NAME=VALUE ...]
         [--d-max 3] [--lookahead] [--json FILE]
 
@@ -60,8 +61,8 @@ def main(argv=None) -> None:
     ap.add_argument("--teacher-platforms", type=int, default=1024)
     ap.add_argument("--spread", type=float, default=2.0, help="training platforms' spread")
     ap.add_argument("--held-out", type=int, default=16)
-    ap.add_argument("--train", default="edge,datacenter", help="training presets")
-    ap.add_argument("--test", default="edge,soc,host3", help="presets of the gap rows")
+    ap.add_argument("--train", default="edge,datacenter", help="training presets or platform files")
+    ap.add_argument("--test", default="edge,soc,host3", help="presets (or files) of the gap rows")
     ap.add_argument("--teacher", default="exact", help="exact or a baseline strategy's name")
     ap.add_argument(
         "--teacher-size",
@@ -74,15 +75,15 @@ def main(argv=None) -> None:
     ap.add_argument("--lookahead", action="store_true", help="the lookahead feature group")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
-    from _main import at_least, finite, presets  # scripts/ is on sys.path (Python puts it there)
+    from _main import at_least, finite, platforms  # scripts/ is on sys.path (Python puts it)
 
     for opt, v in (("--steps", args.steps), ("--teacher-platforms", args.teacher_platforms),
                    ("--held-out", args.held_out)):  # fmt: skip
         at_least(ap, opt, v, 1)
     finite(ap, "--spread", args.spread, 1.0)
     for opt, names in (("--train", args.train), ("--test", args.test)):
-        for name in presets(ap, opt, names):
-            devices = hj.hardware.preset(name).d_max
+        for name, platform in platforms(ap, opt, names):
+            devices = platform.d_max
             if devices > args.d_max:
                 ap.error(f"--d-max {args.d_max}: {opt} preset {name!r} has {devices} devices")
     sizes = []

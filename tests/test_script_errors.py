@@ -48,6 +48,8 @@ def test_run_turns_hetjax_errors_and_missing_files_into_one_line(capsys):
     (["scripts/clone_more.py", "--run", "/nonexistent-run"], "/nonexistent-run"),
     (["scripts/zero_shot_probe.py", "--test-n", "0", "--cache", "OUT"], "--test-n 0"),
     (["scripts/device_count_probe.py", "--test", "edge,nosuch", "--json", "OUT"], "'nosuch'"),
+    (["scripts/device_count_probe.py", "--train", "edge,docs", "--json", "OUT"], "'docs'"),
+    (["scripts/device_subsets.py", "--out", "README.md"], "--out 'README.md'"),
     (["scripts/formats_report.py", "--presets", "edge,nosuch", "--out", "OUT"], "'nosuch'"),
     (["scripts/batch_fit.py", "--run", "/tmp", "--lr", "nan"], "--lr nan"),
     (["scripts/ablate_seeds.py", "--seeds", "0", "--out", "OUT"], "--seeds 0"),

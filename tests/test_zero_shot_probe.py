@@ -96,3 +96,19 @@ def test_second_seed_table_is_the_checked_in_reports():
                  for e in entries]  # fmt: skip
         row = f"| {entries[0]['model']} | {entries[0]['preset']} | {' | '.join(cells)} |"
         assert row in text, row
+
+
+def test_device_subsets_are_the_checked_in_platform_files(tmp_path):
+    """scripts/device_subsets.py writes the training platforms of docs/agent.md's "Device
+    subsets" job, byte for byte the checked-in files; two or four devices, never three."""
+    script = load_script("scripts/device_subsets.py")
+    paths = script.write(tmp_path)
+    assert [p.stem for p in paths] == list(script.SUBSETS)
+    for path in paths:
+        checked_in = ROOT / "docs/results/zero_shot/subsets" / path.name
+        assert path.read_bytes() == checked_in.read_bytes(), path.name
+        platform = hj.hardware.resolve(str(checked_in))
+        assert int(platform.d_max) in (2, 4)
+        names = hj.hardware.load_meta(checked_in)["device_names"]
+        devices = script.SUBSETS[path.stem]
+        assert names == [hj.hardware.DEVICES[d].name for d in devices]
