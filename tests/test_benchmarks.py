@@ -30,3 +30,15 @@ def test_write_json_goes_to_the_chosen_folder(tmp_path, monkeypatch):
     common.use_out_dir(ap.parse_args(["--out-dir", str(tmp_path)]))
     assert common.write_json("x", {"a": 1}) == tmp_path / "x.json"
     assert (tmp_path / "x.json").read_text().strip().startswith("{")
+
+
+def test_clone_compile_table_is_the_checked_in_run():
+    """docs/performance.md's barrier table: benchmarks/results/clone_compile.json's rows."""
+    import json
+
+    doc = json.loads((ROOT / "benchmarks/results/clone_compile.json").read_text())
+    text = (ROOT / "docs/performance.md").read_text()
+    for r in doc["rows"]:
+        row = (f"| {r['teacher_platforms']} | {r['barrier_s']:.1f} | {r['constants_s']:.1f} | "
+               f"{r['speedup']:.2f}x |")  # fmt: skip
+        assert row in text, row

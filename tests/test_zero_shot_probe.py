@@ -112,3 +112,35 @@ def test_device_subsets_are_the_checked_in_platform_files(tmp_path):
         names = hj.hardware.load_meta(checked_in)["device_names"]
         devices = script.SUBSETS[path.stem]
         assert names == [hj.hardware.DEVICES[d].name for d in devices]
+
+
+def test_device_subsets_tables_are_the_checked_in_runs():
+    """docs/agent.md's "Device subsets" tables: the probe's gaps and the job's per-preset
+    means, from the checked-in JSON files."""
+    text = (ROOT / "docs/agent.md").read_text()
+    text = text[text.index("**Device subsets**") :]
+    text = text[: text.index("\n### ")]
+    res = ROOT / "docs/results/zero_shot"
+    base = json.loads((res / "device_count_probe_2and4_lookahead_2026-11-29.json").read_text())
+    subs = json.loads((res / "device_count_probe_2and4_subsets_lookahead.json").read_text())
+    for preset in ("edge", "soc", "host3"):
+        a, b = base["greedy_gap_pct"][preset], subs["greedy_gap_pct"][preset]
+        assert re.search(rf"\| {preset}[^|]* \| {a:.2f} \| \*\*{b:.2f}\*\* \|", text), preset
+
+    def means(name):
+        z = json.loads((res / f"two_and_four_devices_{name}_report.json").read_text())
+        z = z["zero_shot"]
+        gap = lambda es: np.mean([e["policy_greedy"]["mean_gap_pct"] for e in es])  # noqa: E731
+        rows = [gap([e for e in z if e["preset"] == p]) for p in ("edge", "soc", "host3")]
+        rows.append(gap([e for e in z if not e["seen_preset"]]))
+        rows.append(gap([e for e in z if not e["seen_model"]]))
+        return rows
+
+    cols = [means(n) for n in ("cem4000_lookahead", "cem4000_lookahead_seed1",
+                               "subsets_cem4000_lookahead")]  # fmt: skip
+    labels = ("edge (seen", "soc (unseen)", "host3 (unseen count)", "unseen presets",
+              "unseen models")  # fmt: skip
+    for i, label in enumerate(labels):
+        line = [ln for ln in text.splitlines() if ln.startswith(f"| {label}")][-1]  # the job's
+        cells = [c.strip().strip("*") for c in line.strip("|").split("|")[1:]]
+        assert cells == [f"{col[i]:.2f}" for col in cols], (label, cells)
