@@ -141,8 +141,9 @@ def default_zero_shot(config, n: int | None = None) -> dict:
 
 
 def check_zero_shot(config, zero_shot: dict) -> dict:
-    """The zero-shot grid, every model loadable and every preset known and within the
-    policy's device slots, checked before training (one `HetjaxError` line otherwise)."""
+    """The zero-shot grid, every model loadable and every preset (or platform file) known and
+    within the policy's device slots, checked before training (one `HetjaxError` line
+    otherwise)."""
     import hetjax as hj
     from hetjax.agents import ppo
     from hetjax.errors import PlanError
