@@ -101,6 +101,11 @@ def render() -> str:
         "each interconnect link (PCIe or NVLink in the base) from PCIe 3/4/5 x16 and NVLink; "
         "other links (a SoC's shared memory) keep the base's kind.",
         "",
+        "`hj.hardware.resolve(name_or_path)` returns a preset by name, else the validated "
+        "platform of a JSON file written by `hj.hardware.save` or `hetjax calibrate` (a "
+        "preset's name wins over a file of that name); `PPOConfig.platform` / `platforms` and "
+        "`train --platform` use it, so a policy can be trained around a platform of your own.",
+        "",
         "Every preset device has `weight_bw` = 0, i.e. no weight streaming (extension 1.1, "
         "weights streamed on top of compute, is for devices fitted by `hetjax calibrate`; see "
         "[model.md](model.md#extension-11-weight-streaming-platformweight_bw)).",
