@@ -834,7 +834,7 @@ def make_imitation(setup: Setup, teacher: Teacher, steps: int | None = None,
     def clone(runner: RunnerState):
         key, k_obs, k_steps = jax.random.split(runner.key, 3)
         obs, to_go, valid = observe(k_obs)
-        actions, to_go, valid = _targets(jax.lax.optimization_barrier(teacher), to_go, valid)
+        actions, to_go, valid = _targets(teacher, to_go, valid)
         size = actions.shape[0]
         weighted = setup.mixed or teacher.weight is not None
 
@@ -901,14 +901,21 @@ def make_train(config: PPOConfig, teacher: Teacher | None = None):
 
 
 def _targets(teacher: Teacher, to_go, valid):
-    """Flat [S] cloning targets in replay order (step-major): actions, value targets, weights."""
+    """Flat [S] cloning targets in replay order (step-major): actions, value targets, weights.
+
+    The teacher's arrays pass a barrier, as in `make_imitation`'s replay: its callers close
+    over them, and XLA would otherwise fold them as constants at compile time."""
     flat = lambda x: jnp.asarray(x).T.reshape(-1)  # noqa: E731
-    labels = flat(teacher.actions if teacher.labels is None else teacher.labels)
-    if teacher.values is not None:
-        v = flat(teacher.values)
+    labels, values, weight = jax.lax.optimization_barrier(
+        (teacher.actions if teacher.labels is None else teacher.labels, teacher.values,
+         teacher.weight)
+    )  # fmt: skip
+    labels = flat(labels)
+    if values is not None:
+        v = flat(values)
         to_go = jnp.where(jnp.isnan(v), to_go, v)
-    if teacher.weight is not None:
-        valid = valid & flat(teacher.weight)
+    if weight is not None:
+        valid = valid & flat(weight)
     return labels, to_go, valid
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hetjax.errors import UnknownNameError
-from hetjax.hardware.core import Platform, load, validate
+from hetjax.hardware.core import Platform, load
 
 __all__ = [
     "DeviceSpec",
@@ -290,4 +290,4 @@ def resolve(name_or_path) -> Platform:
     if not Path(name_or_path).exists():
         raise UnknownNameError(f"platform {str(name_or_path)!r}: not a preset ("
                                f"{', '.join(PRESETS)}) and no such file")  # fmt: skip
-    return validate(load(name_or_path))
+    return load(name_or_path)  # validated as it is built
