@@ -53,6 +53,10 @@ def test_run_turns_hetjax_errors_and_missing_files_into_one_line(capsys):
     (["scripts/formats_report.py", "--presets", "edge,nosuch", "--out", "OUT"], "'nosuch'"),
     (["scripts/batch_fit.py", "--run", "/tmp", "--lr", "nan"], "--lr nan"),
     (["scripts/ablate_seeds.py", "--seeds", "0", "--out", "OUT"], "--seeds 0"),
+    (["scripts/zero_shot_eval.py", "--run", "/nonexistent-run"], "/nonexistent-run"),
+    (["scripts/zero_shot_eval.py", "--run", "/tmp", "--presets", "edge,edgy"], "'edgy'"),
+    (["scripts/zero_shot_eval.py", "--run", "/tmp", "--baselines", "cem,nosuch"], "'nosuch'"),
+    (["scripts/zero_shot_eval.py", "--run", "/tmp", "--n", "0"], "--n 0"),
 ])  # fmt: skip
 def test_a_script_given_bad_input_prints_one_line_and_exits_2(argv, words, tmp_path):
     out = tmp_path / "out.json"

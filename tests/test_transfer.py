@@ -158,6 +158,26 @@ def test_train_job_writes_the_report_and_place_reads_it(tmp_path, monkeypatch, c
     with pytest.raises(CheckpointError, match="'bert-base,host3': not in"):
         gap_breakdown.zero_shot_pair(run, "bert-base,host3")
 
+    # scripts/zero_shot_eval.py: the selected policy on the run's grid is the report's entry
+    # (the same key, platforms and optima); the clone's on the same pair pairs with it
+    zero_shot_eval = load_script("scripts/zero_shot_eval.py")
+    best = zero_shot_eval.evaluate(run, "best")
+    (again,) = best["zero_shot"]
+    assert (again["model"], again["preset"], again["n"]) == (entry["model"], "host3", 2)
+    for row in ("policy_greedy", "policy"):
+        assert again[row]["mean_gap_pct"] == pytest.approx(entry[row]["mean_gap_pct"], abs=1e-6)
+    assert again["baselines"] == {} and best["unseen_models_mean_gap_pct"] == pytest.approx(
+        entry["policy_greedy"]["mean_gap_pct"], abs=1e-6)  # fmt: skip
+    (clone,) = zero_shot_eval.evaluate(run, "imitation")["zero_shot"]
+    assert clone["reference"] == again["reference"]
+    assert clone["policy_greedy"]["mean_gap_pct"] >= -1e-6
+    (run / "checkpoint.msgpack").rename(run / "moved.msgpack")
+    try:
+        with pytest.raises(CheckpointError, match="--checkpoint last"):
+            zero_shot_eval.evaluate(run, "last")
+    finally:
+        (run / "moved.msgpack").rename(run / "checkpoint.msgpack")
+
     # scripts/clone_more.py: more cloning on the policy's own tie choices
     clone_more = load_script("scripts/clone_more.py")
     more = clone_more.run(run, "self-ties", rounds=1, steps=2, samples=2, n_held=4)

@@ -1,0 +1,154 @@
+"""A finished run's policy at any of its checkpoints on the run's zero-shot grid.
+
+    .venv/bin/python scripts/zero_shot_eval.py --run RUN [--checkpoint imitation]
+        [--models M1,M2 --presets P1,P2 --n 16] [--best-of K] [--baselines a,b]
+
+`hetjax train --zero-shot-models ... --zero-shot-platforms ...` reports its grid for the
+selected policy only (best.msgpack). This applies the policy of another checkpoint of the same
+run, for example the clone before PPO (imitation.msgpack) or the last update
+(checkpoint.msgpack), to the same pairs and the same test platforms: the key, the environment
+of each pair and the exact optima are the report's (`report.zero_shot_report`), so with
+`--checkpoint best` the greedy gaps equal the report's entries and with another checkpoint
+they pair with them platform for platform. `--models / --presets / --n` replace the run's grid
+(a run without one needs them); a pair's platforms are keyed by its place in the grid, as in
+the report, so only pairs at their report's places draw the report's platforms. Baselines
+are off by default (the report has them; they do not depend on the policy).
+
+Prints one row per pair (mean greedy gap %, and the best of the greedy plan and K samples,
+K the report's or `--best-of K`), the means over the pairs with an unseen preset and over
+those with an unseen model, and writes RUN/zero_shot_CHECKPOINT.json atomically.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import jax
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from hetjax.agents import jobs, ppo, report
+from hetjax.agents.trainer import key_streams, load_checkpoint
+from hetjax.errors import CheckpointError, HetjaxError
+from hetjax.io import write_json
+
+CHECKPOINTS = {"best": "best.msgpack", "imitation": "imitation.msgpack",
+               "last": "checkpoint.msgpack"}  # fmt: skip
+
+
+def grid_of(run: Path, models=None, presets=None, n=None) -> dict:
+    """The run's zero-shot grid (report.json["job"]["zero_shot"]) with any of `models`,
+    `presets`, `n` replacing its own; CheckpointError (one line) if neither gives one."""
+    path = run / "report.json"
+    own = json.loads(path.read_text())["job"].get("zero_shot") if path.exists() else None
+    own = own or {}
+    grid = {"models": list(models or own.get("models") or []),
+            "presets": list(presets or own.get("presets") or []),
+            "n": n if n is not None else own.get("n")}  # fmt: skip
+    if not grid["models"] or not grid["presets"] or grid["n"] is None:
+        raise CheckpointError(f"{run}: no zero-shot grid in report.json; give --models, "
+                              "--presets and --n")  # fmt: skip
+    return grid
+
+
+def load(run: Path, checkpoint: str):
+    """(setup, params) of `run`'s policy at `checkpoint` (a key of CHECKPOINTS)."""
+    config_path = run / "config.json"
+    if not config_path.exists():
+        raise CheckpointError(f"{run}: no config.json (not a `hetjax train` run directory)")
+    path = run / CHECKPOINTS[checkpoint]
+    if not path.exists():
+        raise CheckpointError(f"--checkpoint {checkpoint}: {path} does not exist")
+    config = ppo.PPOConfig.from_dict(json.loads(config_path.read_text())["ppo"])
+    setup = ppo.make_setup(config)
+    template = jax.jit(lambda k: ppo.init_runner(setup, k))(jax.random.key(0))
+    runner, _ = load_checkpoint(path, template)
+    return setup, runner.params
+
+
+def job_best_of(run: Path) -> int:
+    """The samples the run's report drew beside the greedy plan (report.json["job"]), else 0."""
+    path = run / "report.json"
+    return int(json.loads(path.read_text())["job"].get("best_of", 0)) if path.exists() else 0
+
+
+def evaluate(run: Path, checkpoint: str = "best", grid: dict | None = None,
+             best_of: int | None = None, baselines: tuple[str, ...] = ()) -> dict:  # fmt: skip
+    """The zero-shot entries (as report.json["zero_shot"]) of `run`'s policy at `checkpoint`
+    on `grid` (default: the run's own), with the report's key: the same test platforms.
+    `best_of` samples beside the greedy plan in the "policy" row (None: the report's)."""
+    grid = grid_of(run) if grid is None else grid
+    best_of = job_best_of(run) if best_of is None else best_of
+    setup, params = load(run, checkpoint)
+    grid = jobs.check_zero_shot(setup.config, grid)
+    key = jax.random.fold_in(key_streams(setup.config.seed)["held_out"], 1)  # jobs.train_job's
+    models, presets = grid["models"], grid["presets"]
+    entries = report.zero_shot_report(setup, params, key, models, presets, grid["n"],
+                                      best_of=best_of, baselines=tuple(baselines))  # fmt: skip
+
+    def mean(rows):
+        return float(np.mean([e["policy_greedy"]["mean_gap_pct"] for e in rows])) if rows else None
+
+    return {"run": str(run), "checkpoint": checkpoint, "grid": grid, "best_of": best_of,
+            "unseen_presets_mean_gap_pct": mean([e for e in entries if not e["seen_preset"]]),
+            "unseen_models_mean_gap_pct": mean([e for e in entries if not e["seen_model"]]),
+            "zero_shot": entries}  # fmt: skip
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--run", type=Path, required=True)
+    ap.add_argument("--checkpoint", choices=list(CHECKPOINTS), default="best")
+    ap.add_argument("--models", help="comma-separated built-in names or ONNX files")
+    ap.add_argument("--presets", help="comma-separated presets or platform files")
+    ap.add_argument("--n", type=int, help="test platforms per pair")
+    ap.add_argument("--best-of", type=int, help="samples beside the greedy plan (the report's)")
+    ap.add_argument("--baselines", default="", help="comma-separated baseline names")
+    args = ap.parse_args(argv)
+    from _main import at_least, models, platforms  # scripts/ is on sys.path
+
+    if args.best_of is not None:
+        at_least(ap, "--best-of", args.best_of, 0)
+    if args.n is not None:
+        at_least(ap, "--n", args.n, 1)
+    names = [m for m in (args.models or "").split(",") if m]
+    if names:
+        models(ap, "--models", names)
+    presets = [p for p, _ in platforms(ap, "--presets", args.presets or "")]
+    rows = tuple(b for b in args.baselines.split(",") if b)
+    try:
+        report.check_baselines(rows)
+    except HetjaxError as err:
+        ap.error(f"--baselines {args.baselines!r}: {err}")
+    grid = grid_of(args.run, names, presets, args.n)
+    # evaluate refuses a missing run or checkpoint, or a preset over the policy's device
+    # slots, before the exact optima
+    doc = evaluate(args.run, args.checkpoint, grid, args.best_of, rows)
+    table = Table(title=f"{args.run} ({args.checkpoint}): mean gap % on {grid['n']} platforms "
+                        "per pair")  # fmt: skip
+    k = doc["best_of"]
+    for col in ("model", "preset", "seen", "greedy", *([f"best of {k + 1}"] if k else [])):
+        table.add_column(col, justify="right")
+    for e in doc["zero_shot"]:
+        seen = "/".join(s for s, f in (("model", e["seen_model"]), ("preset", e["seen_preset"]))
+                        if f) or "neither"  # fmt: skip
+        cells = [f"{e['policy_greedy']['mean_gap_pct']:.2f}"]
+        if k:
+            cells.append(f"{e['policy']['mean_gap_pct']:.2f}")
+        table.add_row(e["model"], e["preset"], seen, *cells)
+    Console().print(table)
+    for what in ("presets", "models"):
+        value = doc[f"unseen_{what}_mean_gap_pct"]
+        if value is not None:
+            print(f"unseen {what}: mean greedy gap {value:.2f}%")
+    print("wrote", write_json(args.run / f"zero_shot_{args.checkpoint}.json", doc))
+    return doc
+
+
+if __name__ == "__main__":
+    from _main import run  # scripts/ is the program's sys.path[0]
+
+    run(main)
