@@ -119,7 +119,7 @@ def test_device_subsets_tables_are_the_checked_in_runs():
     means, from the checked-in JSON files."""
     text = (ROOT / "docs/agent.md").read_text()
     text = text[text.index("**Device subsets**") :]
-    text = text[: text.index("\n### ")]
+    text = text[: text.index("**The clone against PPO")]  # the next paragraph's table
     res = ROOT / "docs/results/zero_shot"
     base = json.loads((res / "device_count_probe_2and4_lookahead_2026-11-29.json").read_text())
     subs = json.loads((res / "device_count_probe_2and4_subsets_lookahead.json").read_text())
@@ -144,3 +144,33 @@ def test_device_subsets_tables_are_the_checked_in_runs():
         line = [ln for ln in text.splitlines() if ln.startswith(f"| {label}")][-1]  # the job's
         cells = [c.strip().strip("*") for c in line.strip("|").split("|")[1:]]
         assert cells == [f"{col[i]:.2f}" for col in cols], (label, cells)
+
+
+def test_clone_against_ppo_table_is_the_checked_in_runs():
+    """docs/agent.md's "The clone against PPO" table: every pair's greedy gap (best of 17 in
+    brackets) and the unseen means, from scripts/zero_shot_eval.py's files and job D's
+    report; job E's grid is job D's (same pairs, same order)."""
+    text = (ROOT / "docs/agent.md").read_text()
+    text = text[text.index("**The clone against PPO, and seven models**") :]
+    text = text[: text.index("\n### ")]
+    res = ROOT / "docs/results/zero_shot"
+    d = "two_and_four_devices_subsets_cem4000_lookahead"
+    e = "seven_models_subsets_cem4000_lookahead"
+    files = (f"{d}_zero_shot_imitation.json", f"{d}_report.json",
+             f"{e}_zero_shot_imitation.json", f"{e}_zero_shot_best.json")  # fmt: skip
+    cols = [json.loads((res / f).read_text())["zero_shot"] for f in files]
+    for rows in zip(*cols, strict=True):
+        assert len({(r["model"], r["preset"], r["n"]) for r in rows}) == 1
+        cells = " | ".join(f"{r['policy_greedy']['mean_gap_pct']:.2f} "
+                           f"({r['policy']['mean_gap_pct']:.2f})" for r in rows)  # fmt: skip
+        assert f"| {rows[0]['model']} | {rows[0]['preset']} | " in text
+        assert f" | {cells} |" in text, rows[0]["model"]
+    for what, label in (("seen_preset", "unseen presets"), ("seen_model", "unseen models")):
+        means = [np.mean([r["policy_greedy"]["mean_gap_pct"] for r in c if not r[what]])
+                 for c in cols]  # fmt: skip
+        assert re.search(rf"\| {label} [^|]*\| \| \| " + r" \| ".join(f"{m:.2f}" for m in means),
+                         text), label  # fmt: skip
+    # the script's files say which checkpoint and grid they are
+    meta = json.loads((res / f"{e}_zero_shot_imitation.json").read_text())
+    assert meta["checkpoint"] == "imitation" and meta["best_of"] == 16
+    assert meta["grid"]["presets"] == ["edge", "soc", "host3"] and meta["grid"]["n"] == 16
