@@ -31,7 +31,7 @@ from rich.console import Console
 from rich.table import Table
 
 from hetjax.agents import jobs, ppo, report
-from hetjax.agents.trainer import key_streams, load_checkpoint
+from hetjax.agents.trainer import key_streams
 from hetjax.errors import CheckpointError, HetjaxError
 from hetjax.io import write_json
 
@@ -39,12 +39,16 @@ CHECKPOINTS = {"best": "best.msgpack", "imitation": "imitation.msgpack",
                "last": "checkpoint.msgpack"}  # fmt: skip
 
 
+def _job(run: Path) -> dict:
+    """report.json["job"] of the run ({} before its report is written)."""
+    path = run / "report.json"
+    return json.loads(path.read_text())["job"] if path.exists() else {}
+
+
 def grid_of(run: Path, models=None, presets=None, n=None) -> dict:
     """The run's zero-shot grid (report.json["job"]["zero_shot"]) with any of `models`,
     `presets`, `n` replacing its own; CheckpointError (one line) if neither gives one."""
-    path = run / "report.json"
-    own = json.loads(path.read_text())["job"].get("zero_shot") if path.exists() else None
-    own = own or {}
+    own = _job(run).get("zero_shot") or {}
     grid = {"models": list(models or own.get("models") or []),
             "presets": list(presets or own.get("presets") or []),
             "n": n if n is not None else own.get("n")}  # fmt: skip
@@ -56,23 +60,11 @@ def grid_of(run: Path, models=None, presets=None, n=None) -> dict:
 
 def load(run: Path, checkpoint: str):
     """(setup, params) of `run`'s policy at `checkpoint` (a key of CHECKPOINTS)."""
-    config_path = run / "config.json"
-    if not config_path.exists():
-        raise CheckpointError(f"{run}: no config.json (not a `hetjax train` run directory)")
     path = run / CHECKPOINTS[checkpoint]
-    if not path.exists():
+    if (run / "config.json").exists() and not path.exists():  # else load_policy says why
         raise CheckpointError(f"--checkpoint {checkpoint}: {path} does not exist")
-    config = ppo.PPOConfig.from_dict(json.loads(config_path.read_text())["ppo"])
-    setup = ppo.make_setup(config)
-    template = jax.jit(lambda k: ppo.init_runner(setup, k))(jax.random.key(0))
-    runner, _ = load_checkpoint(path, template)
-    return setup, runner.params
-
-
-def job_best_of(run: Path) -> int:
-    """The samples the run's report drew beside the greedy plan (report.json["job"]), else 0."""
-    path = run / "report.json"
-    return int(json.loads(path.read_text())["job"].get("best_of", 0)) if path.exists() else 0
+    config, params = jobs.load_policy(run, CHECKPOINTS[checkpoint])
+    return ppo.make_setup(config), params
 
 
 def evaluate(run: Path, checkpoint: str = "best", grid: dict | None = None,
@@ -81,7 +73,7 @@ def evaluate(run: Path, checkpoint: str = "best", grid: dict | None = None,
     on `grid` (default: the run's own), with the report's key: the same test platforms.
     `best_of` samples beside the greedy plan in the "policy" row (None: the report's)."""
     grid = grid_of(run) if grid is None else grid
-    best_of = job_best_of(run) if best_of is None else best_of
+    best_of = int(_job(run).get("best_of", 0)) if best_of is None else best_of
     setup, params = load(run, checkpoint)
     grid = jobs.check_zero_shot(setup.config, grid)
     key = jax.random.fold_in(key_streams(setup.config.seed)["held_out"], 1)  # jobs.train_job's

@@ -106,8 +106,10 @@ def train_job(config, out: Path, *, resume: bool = False, held_out: int = 256, c
     return doc
 
 
-def load_policy(checkpoint_dir: Path):
-    """(config, network params) of a finished or interrupted training run."""
+def load_policy(checkpoint_dir: Path, checkpoint: str | None = None):
+    """(config, network params) of a finished or interrupted training run: of its file
+    `checkpoint` (for example "imitation.msgpack", the clone before PPO), or by default of
+    best.msgpack (the validation-selected policy), else checkpoint.msgpack (the latest)."""
     from hetjax.agents import ppo
     from hetjax.agents.trainer import load_checkpoint
     from hetjax.errors import CheckpointError
@@ -120,8 +122,10 @@ def load_policy(checkpoint_dir: Path):
     config = ppo.PPOConfig.from_dict(cfg)
     setup = ppo.make_setup(config)
     template = jax.jit(lambda k: ppo.init_runner(setup, k))(jax.random.key(0))
-    best = d / "best.msgpack"  # the validation-selected policy, else the latest
-    runner, _ = load_checkpoint(best if best.exists() else d / "checkpoint.msgpack", template)
+    if checkpoint is None:
+        best = d / "best.msgpack"  # the validation-selected policy, else the latest
+        checkpoint = "best.msgpack" if best.exists() else "checkpoint.msgpack"
+    runner, _ = load_checkpoint(d / checkpoint, template)
     return config, runner.params
 
 

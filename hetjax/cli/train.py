@@ -496,8 +496,7 @@ def place_cmd(
     t.add_column("value", justify="right")
     if loaded is None:  # the trained platform: a preset or a platform file
         names = checks.platform(config.platform, "--checkpoint's platform")[1]
-    device_names = names
-    for k, v in metrics_rows(m, device_names, p.device_mask):  # not the padding slots
+    for k, v in metrics_rows(m, names, p.device_mask):  # not the padding slots
         t.add_row(k, v)
     q = ppo.quality_args(config)
     if q:
