@@ -2,6 +2,7 @@
 
     .venv/bin/python scripts/zero_shot_eval.py --run RUN [--checkpoint imitation]
         [--models M1,M2 --presets P1,P2 --n 16] [--best-of K] [--baselines a,b]
+    .venv/bin/python scripts/zero_shot_eval.py --members RUN1:imitation,RUN2,... [--out F]
 
 `hetjax train --zero-shot-models ... --zero-shot-platforms ...` reports its grid for the
 selected policy only (best.msgpack). This applies the policy of another checkpoint of the same
@@ -13,6 +14,11 @@ they pair with them platform for platform. `--models / --presets / --n` replace 
 (a run without one needs them); a pair's platforms are keyed by its place in the grid, as in
 the report, so only pairs at their report's places draw the report's platforms. Baselines
 are off by default (the report has them; they do not depend on the policy).
+
+`--members RUN[:CHECKPOINT],RUN[:CHECKPOINT],...` (instead of `--run`) applies the ensemble of
+those runs' policies (`hj.agents.load_ensemble`: the members' log-probabilities averaged; a
+member without a checkpoint is its best.msgpack) on the first member's grid, key and test
+platforms, and writes `--out FILE` (default: the first run's zero_shot_ensemble.json).
 
 Prints one row per pair (mean greedy gap %, and the best of the greedy plan and K samples,
 K the report's or `--best-of K`), the means over the pairs with an unseen preset and over
@@ -31,6 +37,7 @@ from rich.console import Console
 from rich.table import Table
 
 from hetjax.agents import jobs, ppo, report
+from hetjax.agents.ensemble import load_ensemble, parse_member
 from hetjax.agents.trainer import key_streams
 from hetjax.errors import CheckpointError, HetjaxError
 from hetjax.io import write_json
@@ -68,13 +75,17 @@ def load(run: Path, checkpoint: str):
 
 
 def evaluate(run: Path, checkpoint: str = "best", grid: dict | None = None,
-             best_of: int | None = None, baselines: tuple[str, ...] = ()) -> dict:  # fmt: skip
+             best_of: int | None = None, baselines: tuple[str, ...] = (),
+             members: list[str] | None = None) -> dict:  # fmt: skip
     """The zero-shot entries (as report.json["zero_shot"]) of `run`'s policy at `checkpoint`
     on `grid` (default: the run's own), with the report's key: the same test platforms.
-    `best_of` samples beside the greedy plan in the "policy" row (None: the report's)."""
+    `best_of` samples beside the greedy plan in the "policy" row (None: the report's).
+    `members` (`RUN[:CHECKPOINT]` strings): their ensemble instead, `run` the first's."""
+    if members:
+        run = parse_member(members[0])[0]
     grid = grid_of(run) if grid is None else grid
     best_of = int(_job(run).get("best_of", 0)) if best_of is None else best_of
-    setup, params = load(run, checkpoint)
+    setup, params = load_ensemble(members) if members else load(run, checkpoint)
     grid = jobs.check_zero_shot(setup.config, grid)
     key = jax.random.fold_in(key_streams(setup.config.seed)["held_out"], 1)  # jobs.train_job's
     models, presets = grid["models"], grid["presets"]
@@ -84,7 +95,8 @@ def evaluate(run: Path, checkpoint: str = "best", grid: dict | None = None,
     def mean(rows):
         return float(np.mean([e["policy_greedy"]["mean_gap_pct"] for e in rows])) if rows else None
 
-    return {"run": str(run), "checkpoint": checkpoint, "grid": grid, "best_of": best_of,
+    return {"run": str(run), "checkpoint": "ensemble" if members else checkpoint,
+            **({"members": list(members)} if members else {}), "grid": grid, "best_of": best_of,
             "unseen_presets_mean_gap_pct": mean([e for e in entries if not e["seen_preset"]]),
             "unseen_models_mean_gap_pct": mean([e for e in entries if not e["seen_model"]]),
             "zero_shot": entries}  # fmt: skip
@@ -92,8 +104,11 @@ def evaluate(run: Path, checkpoint: str = "best", grid: dict | None = None,
 
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--run", type=Path, required=True)
+    who = ap.add_mutually_exclusive_group(required=True)
+    who.add_argument("--run", type=Path)
+    who.add_argument("--members", help="comma-separated RUN[:CHECKPOINT] of an ensemble")
     ap.add_argument("--checkpoint", choices=list(CHECKPOINTS), default="best")
+    ap.add_argument("--out", type=Path, help="the JSON file to write (an ensemble's)")
     ap.add_argument("--models", help="comma-separated built-in names or ONNX files")
     ap.add_argument("--presets", help="comma-separated presets or platform files")
     ap.add_argument("--n", type=int, help="test platforms per pair")
@@ -115,11 +130,19 @@ def main(argv=None) -> dict:
         report.check_baselines(rows)
     except HetjaxError as err:
         ap.error(f"--baselines {args.baselines!r}: {err}")
-    grid = grid_of(args.run, names, presets, args.n)
-    # evaluate refuses a missing run or checkpoint, or a preset over the policy's device
-    # slots, before the exact optima
-    doc = evaluate(args.run, args.checkpoint, grid, args.best_of, rows)
-    table = Table(title=f"{args.run} ({args.checkpoint}): mean gap % on {grid['n']} platforms "
+    members = [m for m in (args.members or "").split(",") if m]
+    if args.members is not None and not members:
+        ap.error(f"--members {args.members!r}: give at least one RUN[:CHECKPOINT]")
+    run = parse_member(members[0])[0] if members else args.run
+    if members and args.checkpoint != "best":
+        ap.error(f"--checkpoint {args.checkpoint}: with --members, name each member's "
+                 "checkpoint as RUN:CHECKPOINT")  # fmt: skip
+    grid = grid_of(run, names, presets, args.n)
+    # evaluate refuses a missing run or checkpoint, members that do not share the network,
+    # or a preset over the policy's device slots, before the exact optima
+    doc = evaluate(run, args.checkpoint, grid, args.best_of, rows, members or None)
+    what = f"ensemble of {len(members)}" if members else args.checkpoint
+    table = Table(title=f"{run} ({what}): mean gap % on {grid['n']} platforms "
                         "per pair")  # fmt: skip
     k = doc["best_of"]
     for col in ("model", "preset", "seen", "greedy", *([f"best of {k + 1}"] if k else [])):
@@ -136,7 +159,8 @@ def main(argv=None) -> dict:
         value = doc[f"unseen_{what}_mean_gap_pct"]
         if value is not None:
             print(f"unseen {what}: mean greedy gap {value:.2f}%")
-    print("wrote", write_json(args.run / f"zero_shot_{args.checkpoint}.json", doc))
+    out = args.out or run / f"zero_shot_{'ensemble' if members else args.checkpoint}.json"
+    print("wrote", write_json(out, doc))
     return doc
 
 

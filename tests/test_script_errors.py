@@ -57,6 +57,11 @@ def test_run_turns_hetjax_errors_and_missing_files_into_one_line(capsys):
     (["scripts/zero_shot_eval.py", "--run", "/tmp", "--presets", "edge,edgy"], "'edgy'"),
     (["scripts/zero_shot_eval.py", "--run", "/tmp", "--baselines", "cem,nosuch"], "'nosuch'"),
     (["scripts/zero_shot_eval.py", "--run", "/tmp", "--n", "0"], "--n 0"),
+    (["scripts/zero_shot_eval.py", "--members", ","], "--members ','"),
+    (["scripts/zero_shot_eval.py", "--members", "/tmp", "--checkpoint", "last"],
+     "--checkpoint last"),
+    (["scripts/zero_shot_eval.py", "--members", "/nonexistent-run:best,/tmp", "--out", "OUT"],
+     "/nonexistent-run"),
 ])  # fmt: skip
 def test_a_script_given_bad_input_prints_one_line_and_exits_2(argv, words, tmp_path):
     out = tmp_path / "out.json"

@@ -174,3 +174,31 @@ def test_clone_against_ppo_table_is_the_checked_in_runs():
     meta = json.loads((res / f"{e}_zero_shot_imitation.json").read_text())
     assert meta["checkpoint"] == "imitation" and meta["best_of"] == 16
     assert meta["grid"]["presets"] == ["edge", "soc", "host3"] and meta["grid"]["n"] == 16
+
+
+def test_ensemble_table_is_the_checked_in_runs():
+    """docs/agent.md's "Ensembles" table: job A's own report beside three ensembles of its
+    and the later jobs' policies (scripts/zero_shot_eval.py --members), on job A's grid."""
+    text = (ROOT / "docs/agent.md").read_text()
+    text = text[text.index("### Ensembles of trained policies") :]
+    text = text[: text.index("\n### ")]
+    res = ROOT / "docs/results/zero_shot"
+    files = ("two_and_four_devices_cem4000_lookahead_report.json",
+             "ensemble_4ppo_zero_shot.json", "ensemble_5clones_zero_shot.json",
+             "ensemble_10_zero_shot.json")  # fmt: skip
+    docs = [json.loads((res / f).read_text()) for f in files]
+    cols = [d["zero_shot"] for d in docs]
+    for rows in zip(*cols, strict=True):
+        assert len({(r["model"], r["preset"], r["n"]) for r in rows}) == 1
+        cells = " | ".join(f"{r['policy_greedy']['mean_gap_pct']:.2f} "
+                           f"({r['policy']['mean_gap_pct']:.2f})" for r in rows)  # fmt: skip
+        assert f"| {rows[0]['model']} | {rows[0]['preset']} | " in text
+        assert f" | {cells} |" in text, rows[0]["model"]
+    for what, label in (("seen_preset", "unseen presets"), ("seen_model", "unseen models")):
+        means = [np.mean([r["policy_greedy"]["mean_gap_pct"] for r in c if not r[what]])
+                 for c in cols]  # fmt: skip
+        cells = r" \| ".join(rf"\**{m:.2f}\**" for m in means)
+        assert re.search(rf"\| {label} [^|]*\| \| \| {cells} \|", text), label
+    for d, k in zip(docs[1:], (4, 5, 10), strict=True):
+        assert d["checkpoint"] == "ensemble" and len(d["members"]) == k and d["best_of"] == 16
+        assert d["members"][0].startswith("/tmp/s31/jobA/run:")  # job A's key: its platforms

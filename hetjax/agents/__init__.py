@@ -6,6 +6,7 @@ out = jax.jit(jax.vmap(train))(jax.random.split(key, 4))   # four seeds in one c
 """
 
 from hetjax.agents.dagger import best_completion, expert_labels, label_episodes
+from hetjax.agents.ensemble import EnsembleNet, load_ensemble
 from hetjax.agents.network import ENCODERS, ActorCritic, masked_logits
 from hetjax.agents.ppo import (
     ADVANTAGES,
@@ -62,4 +63,6 @@ __all__ = [
     "Trainer",
     "save_checkpoint",
     "load_checkpoint",
+    "EnsembleNet",
+    "load_ensemble",
 ]

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import jax
 
-__all__ = ["DEFAULT_ZERO_SHOT", "train_job", "load_policy", "check_zero_shot", "default_zero_shot"]
+__all__ = ["DEFAULT_ZERO_SHOT", "train_job", "load_config", "load_policy", "check_zero_shot",
+           "default_zero_shot"]  # fmt: skip
 
 # The zero-shot grid of a `hetjax train` given neither zero-shot option: models of another
 # architecture (a vision encoder, a decoder) and presets of another kind (a phone SoC, a host
@@ -106,12 +107,10 @@ def train_job(config, out: Path, *, resume: bool = False, held_out: int = 256, c
     return doc
 
 
-def load_policy(checkpoint_dir: Path, checkpoint: str | None = None):
-    """(config, network params) of a finished or interrupted training run: of its file
-    `checkpoint` (for example "imitation.msgpack", the clone before PPO), or by default of
-    best.msgpack (the validation-selected policy), else checkpoint.msgpack (the latest)."""
+def load_config(checkpoint_dir: Path):
+    """The `PPOConfig` of a training run directory (its config.json); CheckpointError (one
+    line) when it has none. Reads the file only."""
     from hetjax.agents import ppo
-    from hetjax.agents.trainer import load_checkpoint
     from hetjax.errors import CheckpointError
 
     d = Path(checkpoint_dir)
@@ -119,7 +118,18 @@ def load_policy(checkpoint_dir: Path, checkpoint: str | None = None):
         cfg = json.loads((d / "config.json").read_text())["ppo"]
     except FileNotFoundError:
         raise CheckpointError(f"{d}: no config.json (not a training run directory)") from None
-    config = ppo.PPOConfig.from_dict(cfg)
+    return ppo.PPOConfig.from_dict(cfg)
+
+
+def load_policy(checkpoint_dir: Path, checkpoint: str | None = None):
+    """(config, network params) of a finished or interrupted training run: of its file
+    `checkpoint` (for example "imitation.msgpack", the clone before PPO), or by default of
+    best.msgpack (the validation-selected policy), else checkpoint.msgpack (the latest)."""
+    from hetjax.agents import ppo
+    from hetjax.agents.trainer import load_checkpoint
+
+    d = Path(checkpoint_dir)
+    config = load_config(d)
     setup = ppo.make_setup(config)
     template = jax.jit(lambda k: ppo.init_runner(setup, k))(jax.random.key(0))
     if checkpoint is None:

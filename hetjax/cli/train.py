@@ -401,7 +401,13 @@ def train_cmd(
 
 @app.command("place")
 def place_cmd(
-    checkpoint: Annotated[Path, typer.Option(help="training run directory")],
+    checkpoint: Annotated[
+        list[str],
+        typer.Option(
+            help="training run directory; repeat it for an ensemble of runs (each RUN "
+            "or RUN:CHECKPOINT, e.g. RUN:imitation)"
+        ),
+    ],
     model: Annotated[
         str | None,
         typer.Option(help="built-in model name or an ONNX file (default: the trained one)"),
@@ -437,12 +443,22 @@ def place_cmd(
                 raise checks.OptionError(f"not a regular expression ({err})") from None
     # a preset by name, or a platform JSON file (validated here, before any work)
     loaded, names = (None, None) if platform is None else checks.platform(platform)
-    checks.run_dir("--checkpoint", checkpoint, must_exist=True)
+    from hetjax.agents.ensemble import parse_member
+
+    members = [parse_member(c) if len(checkpoint) > 1 else (Path(c), None) for c in checkpoint]
+    for run, _ in members:
+        checks.run_dir("--checkpoint", run, must_exist=True)
     import jax
 
+    from hetjax.agents.ensemble import load_ensemble
     from hetjax.agents.jobs import load_policy
 
-    config, params = load_policy(checkpoint)
+    ensemble = None  # several runs: their ensemble (the members' log-probabilities averaged)
+    if len(members) > 1:
+        ensemble, params = load_ensemble(members)
+        config = ensemble.config
+    else:
+        config, params = load_policy(members[0][0])
     if dim or blocks is not None:  # the ONNX options of the model to place (dims merged)
         config = dataclasses.replace(
             config, dims=tuple({**dict(config.dims), **dims}.items()),
@@ -473,6 +489,10 @@ def place_cmd(
             "device slots of the policy's observation"
         )
     setup = ppo.make_setup(config)
+    if ensemble is not None:  # the members on this setup's network
+        setup = dataclasses.replace(
+            setup, network=dataclasses.replace(ensemble.network, base=setup.network)
+        )
     if loaded is not None:  # a preset or a platform file, in the trained setup's slots
         setup = dataclasses.replace(setup, base=setup.env.pad_platform(loaded))
     plan = report.policy_plan(setup, params, setup.base, jax.random.key(seed), best_of)
