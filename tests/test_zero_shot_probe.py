@@ -146,6 +146,24 @@ def test_device_subsets_tables_are_the_checked_in_runs():
         assert cells == [f"{col[i]:.2f}" for col in cols], (label, cells)
 
 
+def _check_zero_shot_table(text: str, cols: list, bold: bool) -> None:
+    """A docs table of zero-shot columns (each a report's or zero_shot_eval's entries, the
+    same pairs in the same order): every pair's greedy gap (best of 17 in brackets) and the
+    unseen-preset / unseen-model means (in bold when `bold`)."""
+    for rows in zip(*cols, strict=True):
+        assert len({(r["model"], r["preset"], r["n"]) for r in rows}) == 1
+        cells = " | ".join(f"{r['policy_greedy']['mean_gap_pct']:.2f} "
+                           f"({r['policy']['mean_gap_pct']:.2f})" for r in rows)  # fmt: skip
+        assert f"| {rows[0]['model']} | {rows[0]['preset']} | " in text
+        assert f" | {cells} |" in text, rows[0]["model"]
+    star = r"\*\*" if bold else ""
+    for what, label in (("seen_preset", "unseen presets"), ("seen_model", "unseen models")):
+        means = [np.mean([r["policy_greedy"]["mean_gap_pct"] for r in c if not r[what]])
+                 for c in cols]  # fmt: skip
+        cells = r" \| ".join(f"{star}{m:.2f}{star}" for m in means)
+        assert re.search(rf"\| {label} [^|]*\| \| \| {cells}", text), label
+
+
 def test_clone_against_ppo_table_is_the_checked_in_runs():
     """docs/agent.md's "The clone against PPO" table: every pair's greedy gap (best of 17 in
     brackets) and the unseen means, from scripts/zero_shot_eval.py's files and job D's
@@ -159,17 +177,7 @@ def test_clone_against_ppo_table_is_the_checked_in_runs():
     files = (f"{d}_zero_shot_imitation.json", f"{d}_report.json",
              f"{e}_zero_shot_imitation.json", f"{e}_zero_shot_best.json")  # fmt: skip
     cols = [json.loads((res / f).read_text())["zero_shot"] for f in files]
-    for rows in zip(*cols, strict=True):
-        assert len({(r["model"], r["preset"], r["n"]) for r in rows}) == 1
-        cells = " | ".join(f"{r['policy_greedy']['mean_gap_pct']:.2f} "
-                           f"({r['policy']['mean_gap_pct']:.2f})" for r in rows)  # fmt: skip
-        assert f"| {rows[0]['model']} | {rows[0]['preset']} | " in text
-        assert f" | {cells} |" in text, rows[0]["model"]
-    for what, label in (("seen_preset", "unseen presets"), ("seen_model", "unseen models")):
-        means = [np.mean([r["policy_greedy"]["mean_gap_pct"] for r in c if not r[what]])
-                 for c in cols]  # fmt: skip
-        assert re.search(rf"\| {label} [^|]*\| \| \| " + r" \| ".join(f"{m:.2f}" for m in means),
-                         text), label  # fmt: skip
+    _check_zero_shot_table(text, cols, bold=False)
     # the script's files say which checkpoint and grid they are
     meta = json.loads((res / f"{e}_zero_shot_imitation.json").read_text())
     assert meta["checkpoint"] == "imitation" and meta["best_of"] == 16
@@ -187,18 +195,7 @@ def test_ensemble_table_is_the_checked_in_runs():
              "ensemble_4ppo_zero_shot.json", "ensemble_5clones_zero_shot.json",
              "ensemble_10_zero_shot.json")  # fmt: skip
     docs = [json.loads((res / f).read_text()) for f in files]
-    cols = [d["zero_shot"] for d in docs]
-    for rows in zip(*cols, strict=True):
-        assert len({(r["model"], r["preset"], r["n"]) for r in rows}) == 1
-        cells = " | ".join(f"{r['policy_greedy']['mean_gap_pct']:.2f} "
-                           f"({r['policy']['mean_gap_pct']:.2f})" for r in rows)  # fmt: skip
-        assert f"| {rows[0]['model']} | {rows[0]['preset']} | " in text
-        assert f" | {cells} |" in text, rows[0]["model"]
-    for what, label in (("seen_preset", "unseen presets"), ("seen_model", "unseen models")):
-        means = [np.mean([r["policy_greedy"]["mean_gap_pct"] for r in c if not r[what]])
-                 for c in cols]  # fmt: skip
-        cells = r" \| ".join(rf"\**{m:.2f}\**" for m in means)
-        assert re.search(rf"\| {label} [^|]*\| \| \| {cells} \|", text), label
+    _check_zero_shot_table(text, [d["zero_shot"] for d in docs], bold=True)
     for d, k in zip(docs[1:], (4, 5, 10), strict=True):
         assert d["checkpoint"] == "ensemble" and len(d["members"]) == k and d["best_of"] == 16
         assert d["members"][0].startswith("/tmp/s31/jobA/run:")  # job A's key: its platforms
