@@ -37,13 +37,12 @@ from rich.console import Console
 from rich.table import Table
 
 from hetjax.agents import jobs, ppo, report
-from hetjax.agents.ensemble import load_ensemble, parse_member
+from hetjax.agents.ensemble import CHECKPOINT_FILES, load_ensemble, parse_member
 from hetjax.agents.trainer import key_streams
 from hetjax.errors import CheckpointError, HetjaxError
 from hetjax.io import write_json
 
-CHECKPOINTS = {"best": "best.msgpack", "imitation": "imitation.msgpack",
-               "last": "checkpoint.msgpack"}  # fmt: skip
+CHECKPOINTS = CHECKPOINT_FILES  # best, imitation, last
 
 
 def _job(run: Path) -> dict:

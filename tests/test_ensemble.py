@@ -48,10 +48,16 @@ def platforms():
     return ppo.sample_platforms(setup, jax.random.key(7), 6)
 
 
-def test_parse_member():
+def test_parse_member(tmp_path):
     assert parse_member("/a/b") == (Path("/a/b"), None)
     assert parse_member("/a/b:imitation") == (Path("/a/b"), "imitation.msgpack")
     assert parse_member("runs/x:best") == (Path("runs/x"), "best.msgpack")
+    assert parse_member("runs/x:last") == (Path("runs/x"), "checkpoint.msgpack")  # the script's
+    assert parse_member("runs/x:checkpoint") == (Path("runs/x"), "checkpoint.msgpack")
+    colon = tmp_path / "run-10:30"  # a directory as written is the run, colons and all
+    colon.mkdir()
+    assert parse_member(str(colon)) == (colon, None)
+    assert parse_member(f"{colon}:best") == (colon, "best.msgpack")
 
 
 def test_logits_are_the_members_mean_log_probability_and_finite(runs, platforms):
@@ -101,6 +107,14 @@ def test_members_must_share_the_network_and_task(tmp_path, runs):
         load_ensemble([runs[0], tmp_path / "missing"])
     with pytest.raises(CheckpointError, match="at least one"):
         ensemble_config([])
+    with pytest.raises(CheckpointError, match=r"imitation.msgpack does not exist"):
+        load_ensemble([runs[0], f"{runs[1]}:imitation"])
+    # the device slots as the policies have them (runs saved before d_max: their presets')
+    old = [dataclasses.replace(CFG, d_max=0, platform=p) for p in ("edge", "host3")]
+    with pytest.raises(CheckpointError, match="3 device slots.* has 2"):
+        ensemble_config(old)
+    with pytest.raises(CheckpointError, match="dims"):  # the ONNX models' sizes are the task's
+        ensemble_config([CFG, dataclasses.replace(CFG, dims=(("sequence", 8),))])
 
 
 def test_training_only_fields_may_differ_and_seen_is_the_union(tmp_path, runs):
@@ -157,6 +171,10 @@ def test_place_with_a_repeated_checkpoint_places_as_the_member(runs, monkeypatch
     assert code in (0, None)
     line = [ln for ln in alone.splitlines() if "block devices" in ln]
     assert line and line == [ln for ln in both.splitlines() if "block devices" in ln]
+    code, named, _ = place(f"{runs[0]}:best")  # one run's named checkpoint
+    assert code in (0, None) and line == [ln for ln in named.splitlines() if "block devices" in ln]
+    code, _, err = place(f"{runs[0]}:imitation")
+    assert code == 2 and "imitation.msgpack does not exist" in err.strip().splitlines()[-1]
     wide = _run(runs[0].parent / "wide-place", dataclasses.replace(CFG, width=32))
     code, _, err = place(runs[0], wide)
     assert code == 2 and "width=32" in err.strip().splitlines()[-1]

@@ -10,6 +10,12 @@ validation-selected policy, the last update) with the same network and the same 
 training alone sets: seed, training models and presets, teacher, recipe. docs/agent.md,
 "Ensembles", measures them on the zero-shot grid.
 
+The ensemble acts in one environment: its first member's config with the members' models and
+presets joined, so it is padded for every model any member trained on. The observation holds
+the block count over that padding (`num_blocks / m_max`), so a member trained on fewer or
+smaller models reads other values there than in training, as one policy does on a zero-shot
+model larger than its own (docs/agent.md measures what the padding moves).
+
 The ensemble is a `ppo.Setup` whose `network` is an `EnsembleNet` and whose parameters are
 the members' stacked on a leading axis [K, ...]: every function that takes `(setup,
 net_params)` for inference (`ppo.greedy_rollout`, `ppo.best_of_k_rollout`,
@@ -30,13 +36,14 @@ import jax.numpy as jnp
 
 from hetjax.errors import CheckpointError
 
-__all__ = ["TRAINING_ONLY", "EnsembleNet", "ensemble_config", "load_ensemble", "parse_member"]
+__all__ = ["CHECKPOINT_FILES", "TRAINING_ONLY", "EnsembleNet", "ensemble_config", "load_ensemble",
+           "parse_member"]  # fmt: skip
 
 # `PPOConfig` fields that only training reads: members may differ in them. Every other field
 # (the network, the observation, the score weights, the batches, the device slots, formats)
 # must agree, so that a field added later is compared unless it is listed here.
 TRAINING_ONLY = frozenset({
-    "model", "models", "platform", "platforms", "spread", "seed", "dims", "blocks",
+    "model", "models", "platform", "platforms", "spread", "seed",
     "num_envs", "num_updates", "update_epochs", "num_minibatches", "advantage", "group_size",
     "gamma", "shaping", "gae_lambda", "clip_eps", "vf_coef", "ent_coef", "ent_coef_end",
     "max_grad_norm", "lr", "anneal_lr", "epsilon", "batch_epsilon", "imitation_steps",
@@ -95,14 +102,23 @@ class EnsembleNet:
         return jnp.mean(logp, 0), jnp.mean(value, 0)
 
 
+# checkpoint names as scripts/zero_shot_eval.py's --checkpoint knows them; any other NAME is
+# the run's file NAME.msgpack
+CHECKPOINT_FILES = {"best": "best.msgpack", "imitation": "imitation.msgpack",
+                    "last": "checkpoint.msgpack"}  # fmt: skip
+
+
 def parse_member(text: str) -> tuple[Path, str | None]:
-    """`RUN` or `RUN:CHECKPOINT` (a checkpoint file name of the run without `.msgpack`, e.g.
-    `imitation`, `best`, `checkpoint`) -> (run directory, file name or None for the run's
-    default: best.msgpack, else checkpoint.msgpack)."""
+    """`RUN` or `RUN:CHECKPOINT` -> (run directory, checkpoint file name or None for the run's
+    default: best.msgpack, else checkpoint.msgpack). CHECKPOINT is `best`, `imitation` (the
+    clone before PPO), `last` (checkpoint.msgpack) or any NAME of a file NAME.msgpack of the
+    run. A path that is a directory as written is the run, colons and all."""
+    if Path(text).is_dir():
+        return Path(text), None
     run, sep, name = str(text).rpartition(":")
     if not sep or "/" in name or not name:
         return Path(text), None
-    return Path(run), f"{name}.msgpack"
+    return Path(run), CHECKPOINT_FILES.get(name, f"{name}.msgpack")
 
 
 def ensemble_config(configs: Sequence, names: Sequence[str] | None = None):
@@ -124,6 +140,14 @@ def ensemble_config(configs: Sequence, names: Sequence[str] | None = None):
                 raise CheckpointError(f"ensemble member {name}: {f.name}={b!r}, member "
                                       f"{names[0]} has {f.name}={a!r} (members must share the "
                                       "network and the task)")  # fmt: skip
+    from hetjax.agents.ppo import device_slots  # (a run saved before d_max: its presets')
+
+    slots = [device_slots(c) for c in configs]
+    for n, name in zip(slots[1:], names[1:], strict=True):
+        if n != slots[0]:
+            raise CheckpointError(f"ensemble member {name}: {n} device slots, member "
+                                  f"{names[0]} has {slots[0]} (members must share the network "
+                                  "and the task)")  # fmt: skip
     models, presets = [], []
     for c in configs:
         for m in (c.model, *c.models):
@@ -150,7 +174,18 @@ def load_ensemble(members: Sequence) -> tuple[object, object]:
              for m in members]  # fmt: skip
     names = [f"{r}" + (f":{c.removesuffix('.msgpack')}" if c else "") for r, c in pairs]
     config = ensemble_config([load_config(r) for r, _ in pairs], names)
+    for (run, file), name in zip(pairs, names, strict=True):
+        if file is not None and not (run / file).exists():
+            raise CheckpointError(f"ensemble member {name}: {run / file} does not exist")
     params = [load_policy(r, c)[1] for r, c in pairs]
+    first = jax.tree_util.tree_leaves_with_path(params[0])
+    for p, name in zip(params[1:], names[1:], strict=True):  # what the configs cannot say
+        leaves = jax.tree_util.tree_leaves(p)
+        if len(leaves) != len(first) or any(
+            jnp.shape(x) != jnp.shape(y) for (_, x), y in zip(first, leaves, strict=False)
+        ):
+            raise CheckpointError(f"ensemble member {name}: its network's parameters differ in "
+                                  f"shape from member {names[0]}'s")  # fmt: skip
     stacked = jax.tree.map(lambda *x: jnp.stack(x), *params)
     setup = ppo.make_setup(config)
     return dataclasses.replace(setup, network=EnsembleNet(setup.network, len(pairs))), stacked

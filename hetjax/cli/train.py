@@ -445,9 +445,11 @@ def place_cmd(
     loaded, names = (None, None) if platform is None else checks.platform(platform)
     from hetjax.agents.ensemble import parse_member
 
-    members = [parse_member(c) if len(checkpoint) > 1 else (Path(c), None) for c in checkpoint]
-    for run, _ in members:
+    members = [parse_member(c) for c in checkpoint]  # (run, checkpoint file or None)
+    for text, (run, file) in zip(checkpoint, members, strict=True):
         checks.run_dir("--checkpoint", run, must_exist=True)
+        if file is not None and not (run / file).exists():
+            raise checks.OptionError(f"--checkpoint {text!r}: {run / file} does not exist")
     import jax
 
     from hetjax.agents.ensemble import load_ensemble
@@ -458,7 +460,7 @@ def place_cmd(
         ensemble, params = load_ensemble(members)
         config = ensemble.config
     else:
-        config, params = load_policy(members[0][0])
+        config, params = load_policy(*members[0])
     if dim or blocks is not None:  # the ONNX options of the model to place (dims merged)
         config = dataclasses.replace(
             config, dims=tuple({**dict(config.dims), **dims}.items()),
