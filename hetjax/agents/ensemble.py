@@ -37,7 +37,7 @@ import jax.numpy as jnp
 from hetjax.errors import CheckpointError
 
 __all__ = ["CHECKPOINT_FILES", "TRAINING_ONLY", "EnsembleNet", "ensemble_config", "load_ensemble",
-           "parse_member"]  # fmt: skip
+           "parse_member", "with_members"]  # fmt: skip
 
 # `PPOConfig` fields that only training reads: members may differ in them. Every other field
 # (the network, the observation, the score weights, the batches, the device slots, formats)
@@ -100,6 +100,16 @@ class EnsembleNet:
         floor = jnp.finfo(logits.dtype).min / self.k
         logp = jnp.maximum(jax.nn.log_softmax(logits, -1), floor)
         return jnp.mean(logp, 0), jnp.mean(value, 0)
+
+
+def with_members(setup, ensemble):
+    """`setup` (remade from an ensemble's config: a zero-shot pair, `place`'s model and
+    platform) acting with the members of `ensemble` (a setup from `load_ensemble`): its
+    network wrapped in theirs. `setup` unchanged when `ensemble`'s network is one policy's."""
+    if not isinstance(ensemble.network, EnsembleNet):
+        return setup
+    net = dataclasses.replace(ensemble.network, base=setup.network)
+    return dataclasses.replace(setup, network=net)
 
 
 # checkpoint names as scripts/zero_shot_eval.py's --checkpoint knows them; any other NAME is
@@ -178,12 +188,9 @@ def load_ensemble(members: Sequence) -> tuple[object, object]:
         if file is not None and not (run / file).exists():
             raise CheckpointError(f"ensemble member {name}: {run / file} does not exist")
     params = [load_policy(r, c)[1] for r, c in pairs]
-    first = jax.tree_util.tree_leaves_with_path(params[0])
+    shapes = jax.tree.map(jnp.shape, params[0])
     for p, name in zip(params[1:], names[1:], strict=True):  # what the configs cannot say
-        leaves = jax.tree_util.tree_leaves(p)
-        if len(leaves) != len(first) or any(
-            jnp.shape(x) != jnp.shape(y) for (_, x), y in zip(first, leaves, strict=False)
-        ):
+        if jax.tree.map(jnp.shape, p) != shapes:
             raise CheckpointError(f"ensemble member {name}: its network's parameters differ in "
                                   f"shape from member {names[0]}'s")  # fmt: skip
     stacked = jax.tree.map(lambda *x: jnp.stack(x), *params)

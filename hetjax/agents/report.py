@@ -14,7 +14,7 @@ import numpy as np
 import hetjax as hj
 from hetjax import baselines
 from hetjax.agents import ppo, teachers
-from hetjax.agents.ensemble import EnsembleNet
+from hetjax.agents.ensemble import with_members
 from hetjax.compare import gap_pct
 
 __all__ = ["POLICY_SAMPLES", "SEARCH_BUDGETS", "decode_name", "episode_plan", "policy_plan",
@@ -506,11 +506,7 @@ def zero_shot_pair(setup: ppo.Setup, model: str, preset: str) -> ppo.Setup:
         setup.config, model=model, models=tuple(m for m in setup.model_names if m != model),
         platform=preset, platforms=(), d_max=setup.env.d_max,
     )  # fmt: skip
-    pair = ppo.make_setup(config)
-    if isinstance(setup.network, EnsembleNet):  # the same members on the pair's network
-        net = dataclasses.replace(setup.network, base=pair.network)
-        pair = dataclasses.replace(pair, network=net)
-    return pair
+    return with_members(ppo.make_setup(config), setup)  # an ensemble's members kept
 
 
 def zero_shot_report(setup: ppo.Setup, params, key, models, presets, n: int,

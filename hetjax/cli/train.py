@@ -452,7 +452,7 @@ def place_cmd(
             raise checks.OptionError(f"--checkpoint {text!r}: {run / file} does not exist")
     import jax
 
-    from hetjax.agents.ensemble import load_ensemble
+    from hetjax.agents.ensemble import load_ensemble, with_members
     from hetjax.agents.jobs import load_policy
 
     ensemble = None  # several runs: their ensemble (the members' log-probabilities averaged)
@@ -492,9 +492,7 @@ def place_cmd(
         )
     setup = ppo.make_setup(config)
     if ensemble is not None:  # the members on this setup's network
-        setup = dataclasses.replace(
-            setup, network=dataclasses.replace(ensemble.network, base=setup.network)
-        )
+        setup = with_members(setup, ensemble)
     if loaded is not None:  # a preset or a platform file, in the trained setup's slots
         setup = dataclasses.replace(setup, base=setup.env.pad_platform(loaded))
     plan = report.policy_plan(setup, params, setup.base, jax.random.key(seed), best_of)
