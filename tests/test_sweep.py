@@ -398,6 +398,7 @@ def test_a_trained_policy_is_a_method(tmp_path):
     """methods = ["exact", "policy"]: the policy's greedy plan on each platform, evaluated on
     the sweep's graph, as `hj.agents.report.policy_plan` gives it."""
     import json
+    from dataclasses import replace
 
     from hetjax.agents import ppo, report
     from hetjax.agents.jobs import load_policy
@@ -432,6 +433,23 @@ def test_a_trained_policy_is_a_method(tmp_path):
     assert rows[0]["block_devices"] == "".join(map(str, np.asarray(plan.placement)[first]))
     assert rows[0]["batch"] == float(plan.batch)
     assert all(r["gap_pct"] >= 0 for r in rows)
+    # an ensemble (a list of members, RUN:CHECKPOINT naming one's file): the run twice is
+    # the run, row for row
+    twice = hj.sweep.parse({
+        "batches": list(cfg.batches), "weights": [list(cfg.weights)],
+        "methods": ["exact", "policy"],
+        "policy": {"checkpoint": [str(run_dir), f"{run_dir}:last"]},
+        "models": [{"name": "bert-tiny", "seq_len": 16}],
+        "platforms": ["edge", {"sample": "edge", "n": 2}],
+    })  # fmt: skip
+    assert twice.policy.members == (str(run_dir), f"{run_dir}:last")
+    listed = hj.sweep.PolicySpec(checkpoint=list(twice.policy.members))  # as code may build it
+    assert hj.sweep.check(replace(twice, policy=listed)).policy == twice.policy
+    assert twice.fingerprint() != spec.fingerprint()
+    again = hj.sweep.run(twice, tmp_path / "out2", workers=1, progress=False)
+    rows2 = [r for r in again.to_pylist() if r["method"] == "policy"]
+    keep = ("block_devices", "batch", "score", "latency_ms", "energy_j")
+    assert [{k: r[k] for k in keep} for r in rows2] == [{k: r[k] for k in keep} for r in rows]
 
 
 @pytest.mark.parametrize("methods", [["exact"], ["greedy_eft"]])
@@ -633,6 +651,16 @@ def test_the_policy_is_checked_before_any_work(tmp_path):
     # another batch set than the policy's: its rows would not compare with the others'
     with pytest.raises(hj.SpecError, match=r"batches\[0\] = \['1', '4'\]: with the policy"):
         hj.sweep.parse({**doc, "batches": [1, 4]})
+    # an ensemble: a member without the checkpoint it names, or one of another network
+    with pytest.raises(hj.SpecError, match=r"policy.checkpoint\[1\] = .*:imitation.*does not"):
+        hj.sweep.parse({**doc, "policy": {"checkpoint": [str(run_dir), f"{run_dir}:imitation"]}})
+    wide = tmp_path / "wide"
+    wide.mkdir()
+    (wide / "config.json").write_text(json.dumps({"ppo": {**cfg, "width": 32}}))
+    with pytest.raises(hj.SpecError, match=r"policy.checkpoint = .*wide: width=32"):
+        hj.sweep.parse({**doc, "policy": {"checkpoint": [str(run_dir), str(wide)]}})
+    with pytest.raises(hj.SpecError, match=r"policy.checkpoint = \[\]: give at least one"):
+        hj.sweep.parse({**doc, "policy": {"checkpoint": []}})
     # more devices than its slots: refused before sweep.json or any shard
     spec = hj.sweep.parse({**doc, "platforms": ["edge", "host4"]})
     with pytest.raises(hj.SpecError, match="places on 3 devices at most, the platforms have 4"):

@@ -39,7 +39,7 @@ import numpy as np
 
 from hetjax.errors import HetjaxError, PlanError, SpecError
 from hetjax.io import atomic_write_bytes, read_json, write_json
-from hetjax.sweep.spec import SweepSpec
+from hetjax.sweep.spec import PolicySpec, SweepSpec
 
 __all__ = [
     "Shard",
@@ -367,13 +367,14 @@ def _pareto(graph, platforms, shard: Shard, d_max: int, chunk: int):
 
 
 @functools.cache
-def _policy_slots(checkpoint: str, d_max: int) -> int:
-    """The policy's device slots (a run saved before d_max: its preset's count); a SpecError if
-    the sweep's platforms have more devices."""
+def _policy_slots(checkpoint: str | tuple[str, ...], d_max: int) -> int:
+    """The policy's device slots (a run saved before d_max: its preset's count; an ensemble's
+    members share them); a SpecError if the sweep's platforms have more devices."""
     import hetjax as hj
     from hetjax.agents.ppo import PPOConfig
 
-    doc = read_json(Path(checkpoint) / "config.json")
+    run = PolicySpec(checkpoint).run
+    doc = read_json(Path(run) / "config.json")
     config = PPOConfig.from_dict(doc["ppo"])
     pd = config.d_max or hj.hardware.preset(config.platform).d_max
     if d_max > pd:
@@ -383,20 +384,26 @@ def _policy_slots(checkpoint: str, d_max: int) -> int:
 
 
 @functools.cache
-def _policy(checkpoint: str, model: str, seq_len: int, d_max: int):
+def _policy(checkpoint: str | tuple[str, ...], model: str, seq_len: int, d_max: int):
+    """(setup, params) of the policy (one run's, or an ensemble's: `hj.agents.load_ensemble`)
+    placing `model` at `seq_len` on platforms padded to its device slots."""
     import dataclasses as dc
 
     from hetjax.agents import ppo
-    from hetjax.agents.jobs import load_policy
+    from hetjax.agents.ensemble import load_ensemble, with_members
 
-    config, params = load_policy(Path(checkpoint))
+    setup, params = load_ensemble(PolicySpec(checkpoint).members)
+    if setup.network.k == 1:  # one policy: its own network and parameters, as before
+        setup = dc.replace(setup, network=setup.network.base)
+        params = jax.tree.map(lambda x: x[0], params)
+    config = setup.config
     trained = (config.model,) + tuple(config.models)
     pd = _policy_slots(checkpoint, d_max)
     # the sweep's model at the sweep's sequence length: the policy's plans are evaluated on
     # the same graph as every other method's
     config = dc.replace(config, model=model, models=tuple(n for n in trained if n != model),
                         d_max=pd, seq_len=seq_len)  # fmt: skip
-    return ppo.make_setup(config), params
+    return with_members(ppo.make_setup(config), setup), params
 
 
 def _policy_plans(spec: SweepSpec, model, seq_len: int, platforms, index, shard: Shard,

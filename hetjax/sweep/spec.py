@@ -121,8 +121,23 @@ class Override:
 
 @dataclass(frozen=True)
 class PolicySpec:
-    checkpoint: str  # a training run directory (`hetjax train --out`)
+    """A trained policy as a sweep method. `checkpoint` is a training run directory (`hetjax
+    train --out`), `RUN:CHECKPOINT` for another checkpoint of it (`imitation`, `best`, `last`
+    or a file NAME.msgpack's NAME), or a tuple of those: the ensemble of their policies
+    (`hj.agents.load_ensemble`)."""
+
+    checkpoint: str | tuple[str, ...]  # run directory, RUN:CHECKPOINT, or a tuple (ensemble)
     best_of: int = 0  # 0: greedy; K: the best of the greedy plan and K sampled ones
+
+    @property
+    def members(self) -> tuple[str, ...]:
+        """The policy's members (one for a single run), each `RUN` or `RUN:CHECKPOINT`."""
+        return (self.checkpoint,) if isinstance(self.checkpoint, str) else tuple(self.checkpoint)
+
+    @property
+    def run(self) -> str:
+        """The first member's run directory (the device slots and batches of all)."""
+        return str(_member(self.members[0])[0])
 
 
 @dataclass(frozen=True)
@@ -171,7 +186,9 @@ class SweepSpec:
             if p["kind"] == "file":
                 p["name"] = _digest(p["name"])
         if doc["policy"] is not None:
-            doc["policy"]["checkpoint"] = _digest(doc["policy"]["checkpoint"])
+            ck = doc["policy"]["checkpoint"]
+            doc["policy"]["checkpoint"] = (_member_digest(ck) if isinstance(ck, str)
+                                           else [_member_digest(m) for m in ck])  # fmt: skip
         if doc["cosearch"] is not None and doc["cosearch"]["quality"] is not None:
             doc["cosearch"]["quality"] = _digest(doc["cosearch"]["quality"])
         return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
@@ -209,6 +226,21 @@ def _digest(path: str) -> str:
             return "missing"
         h.update(f.name.encode())
     return h.hexdigest()
+
+
+def _member(text: str) -> tuple[Path, str | None]:
+    """(run directory, checkpoint name or None) of a policy member `RUN[:CHECKPOINT]`, as
+    `hj.agents.load_ensemble` reads it (a directory as written is the run, colons and all)."""
+    from hetjax.agents.ensemble import parse_member
+
+    run, file = parse_member(text)
+    return run, None if file is None else str(text).rpartition(":")[2]
+
+
+def _member_digest(text: str) -> str:
+    """A policy member's digest: its run's files (`_digest`), and the checkpoint it names."""
+    run, name = _member(text)
+    return _digest(str(run)) if name is None else f"{_digest(str(run))}:{name}"
 
 
 # --- parsing ---------------------------------------------------------------------------------
@@ -518,9 +550,13 @@ def parse(doc: dict, base_dir: str | os.PathLike = ".") -> SweepSpec:
         _keys("policy", p, {"checkpoint", "best_of"})
         if "checkpoint" not in p:
             raise SpecError("policy.checkpoint: missing (a training run directory)")
-        ck = _path(base, p["checkpoint"], "policy.checkpoint")
-        if not (Path(ck) / "config.json").is_file():
-            raise _err("policy.checkpoint", p["checkpoint"], "no config.json (not a training run)")
+        ck = p["checkpoint"]
+        if isinstance(ck, list):  # an ensemble
+            if not ck:
+                raise _err("policy.checkpoint", ck, "give at least one run directory")
+            ck = tuple(_path(base, m, f"policy.checkpoint[{i}]") for i, m in enumerate(ck))
+        else:
+            ck = _path(base, ck, "policy.checkpoint")
         policy = PolicySpec(checkpoint=ck, best_of=_int("policy.best_of", p.get("best_of", 0)))
     cos = None
     if "cosearch" in doc:
@@ -582,14 +618,34 @@ def _check_policy(spec: SweepSpec) -> None:
     """The policy places the models it was trained on, choosing from the batch set it was
     trained with: every batch set of the sweep must be that one, so that the policy's rows
     compare with the other methods' (and its gap with the optimum's) over the same choices."""
-    try:
-        doc = json.loads((Path(spec.policy.checkpoint) / "config.json").read_text())
-        cfg = doc.get("ppo", {})
-        trained = [cfg.get("model"), *cfg.get("models", [])]
-        own = tuple(float(b) for b in cfg.get("batches", (1, 2, 4, 8, 16, 32)))
-    except (OSError, ValueError, TypeError, AttributeError) as err:
-        raise _err("policy.checkpoint", spec.policy.checkpoint,
-                   f"unreadable config.json ({type(err).__name__})") from None  # fmt: skip
+    from hetjax.agents.ensemble import CHECKPOINT_FILES, ensemble_config
+    from hetjax.agents.jobs import load_config
+    from hetjax.errors import CheckpointError, HetjaxError
+
+    members = spec.policy.members
+    many = not isinstance(spec.policy.checkpoint, str)
+    configs = []
+    for i, m in enumerate(members):
+        where = f"policy.checkpoint[{i}]" if many else "policy.checkpoint"
+        if not isinstance(m, str) or not m:
+            raise _err(where, m, "must be a run directory or RUN:CHECKPOINT")
+        run, name = _member(m)
+        if not (run / "config.json").is_file():
+            raise _err(where, m, "no config.json (not a training run)")
+        if name is not None:
+            file = CHECKPOINT_FILES.get(name, f"{name}.msgpack")
+            if not (run / file).is_file():
+                raise _err(where, m, f"{run / file} does not exist")
+        try:
+            configs.append(load_config(run))
+        except (OSError, ValueError, TypeError, AttributeError, KeyError, HetjaxError) as err:
+            raise _err(where, m, f"unreadable config.json ({type(err).__name__})") from None
+    try:  # members share the network and the task (batches included), before any work
+        config = ensemble_config(configs, members)
+    except CheckpointError as err:
+        raise _err("policy.checkpoint", list(members), str(err)) from None
+    trained = [config.model, *config.models]
+    own = tuple(float(b) for b in config.batches)
     for m in spec.models:
         if m.onnx or any(k != "seq_len" for k, _ in m.fields) or m.source not in trained:
             why = f"the policy was trained on {trained}, not on model {m.label!r}"
@@ -683,6 +739,9 @@ def check(spec: SweepSpec) -> SweepSpec:
         seeds=tuple(dict.fromkeys(seeds)), methods=tuple(dict.fromkeys(methods)),
         heatmap=None if spec.heatmap is None else tuple(spec.heatmap),
     )  # fmt: skip
+    if out.policy is not None and isinstance(out.policy.checkpoint, list):  # an ensemble
+        out = dataclasses.replace(out, policy=dataclasses.replace(
+            out.policy, checkpoint=tuple(out.policy.checkpoint)))  # fmt: skip
     if out.policy is not None:
         _check_policy(out)
     return out
