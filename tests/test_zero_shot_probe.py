@@ -199,3 +199,30 @@ def test_ensemble_table_is_the_checked_in_runs():
     for d, k in zip(docs[1:], (4, 5, 10), strict=True):
         assert d["checkpoint"] == "ensemble" and len(d["members"]) == k and d["best_of"] == 16
         assert d["members"][0].startswith("/tmp/s31/jobA/run:")  # job A's key: its platforms
+
+
+def test_every_checkpoint_ensembles_are_the_checked_in_runs():
+    """docs/agent.md's thirty-sixth-session ensembles: 10 / 14 / 21 members on job A seed 0's
+    grid, and the 14 on seed 1's beside that run's own report."""
+    text = (ROOT / "docs/agent.md").read_text()
+    text = text[text.index("### Every run's checkpoints") :]
+    text = text[: text.index("\n### ")]
+    first, second = text.split("A second draw")
+    res = ROOT / "docs/results/zero_shot"
+    load = lambda f: json.loads((res / f).read_text())  # noqa: E731
+    docs = [load(f"ensemble_{k}_zero_shot.json") for k in (10, 14, 21)]
+    _check_zero_shot_table(first, [d["zero_shot"] for d in docs], bold=True)
+    for d, k in zip(docs, (10, 14, 21), strict=True):
+        assert d["checkpoint"] == "ensemble" and len(d["members"]) == k and d["best_of"] == 16
+        assert d["members"][0].startswith("/tmp/s31/jobA/run:")  # seed 0's platforms
+    assert set(docs[0]["members"]) < set(docs[1]["members"]) < set(docs[2]["members"])
+    seed1 = load("ensemble_14_seed1_zero_shot.json")
+    own = load("two_and_four_devices_cem4000_lookahead_seed1_report.json")
+    _check_zero_shot_table(second, [own["zero_shot"], seed1["zero_shot"]], bold=True)
+    assert seed1["members"][0].startswith("/tmp/s32/jobAs1/run:")  # seed 1's platforms
+    assert sorted(seed1["members"]) == sorted(docs[1]["members"])
+    # the two draws' averages the text gives
+    flat = " ".join(text.split())
+    for what, value in (("presets", "3.10"), ("models", "2.67")):
+        mean = (docs[1][f"unseen_{what}_mean_gap_pct"] + seed1[f"unseen_{what}_mean_gap_pct"]) / 2
+        assert f"{mean:.2f}" == value and f"**{value}%** (unseen {what})" in flat, what
