@@ -160,6 +160,38 @@ def test_best_of_k_is_at_least_greedy_and_its_plan_scores_what_it_says(setup):
         assert s == pytest.approx(float(best[i]), rel=1e-5)
 
 
+def test_reports_against_the_best_found_run_no_exact_solver(setup, monkeypatch):
+    """`exact=False` (`hetjax train --reference best-found`): the held-out and preset reports
+    judge against the best plan any row found and never call an exact solver; that best is
+    at most the exact optimum, so every gap is at most its gap to the optimum."""
+    from hetjax.agents import report, teachers
+
+    params = jax.jit(lambda k: ppo.init_runner(setup, k))(jax.random.key(0)).params
+    rows = ("least_loaded", "greedy_eft")
+    key = jax.random.key(5)
+    exact = report.held_out_report(setup, params, key, 4, baselines=rows)
+    preset_exact = report.preset_report(setup, params, baselines=rows)[0]
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("an exact solver ran")
+
+    monkeypatch.setattr(teachers, "exact_scores", refuse)
+    monkeypatch.setattr(hj.exact, "optimal_score", refuse)
+    held = report.held_out_report(setup, params, key, 4, baselines=rows, exact=False)
+    preset = report.preset_report(setup, params, baselines=rows, exact=False)[0]
+    assert exact["reference"] == "exact optimum" and held["reference"] == "best found"
+    assert "exact" not in held and "exact_wall_s" not in held
+    assert held["best_found"]["mean_score"] <= exact["exact"]["mean_score"] + 1e-6
+    pairs = [("policy_greedy", held["policy_greedy"], exact["policy_greedy"])]
+    pairs += [(n, held["baselines"][n], exact["baselines"][n]) for n in rows]
+    for name, mine, theirs in pairs:
+        assert -1e-6 <= mine["mean_gap_pct"] <= theirs["mean_gap_pct"] + 1e-6, name
+        assert mine["simulations"] == theirs["simulations"], name
+    assert preset["reference"] == "best found" and preset_exact["reference"] == "exact optimum"
+    assert preset["optimal_score"] <= preset_exact["optimal_score"] + 1e-6
+    assert 0 <= preset["gap_pct"] <= preset_exact["gap_pct"] + 1e-6
+
+
 MIXED = dataclasses.replace(TINY, models=("bert-mini",), imitation_platforms=6)
 
 

@@ -89,6 +89,7 @@ CASES = [
     (["train", "--advantage", "td"], ["--advantage", "td"]),
     (["train", "--encoder", "lstm"], ["--encoder", "lstm"]),
     (["train", "--descriptors", "raw"], ["--descriptors", "raw"]),
+    (["train", "--reference", "optimum"], ["--reference", "optimum"]),
     (["train", "--teacher", "none", "--num-updates", "0"], ["num_updates = 0"]),
     (["train", "--teacher", "oracle"], ["--teacher", "oracle"]),
     (["train", "--teacher", "cem", "--teacher-size", "population=0"], ["--teacher-size", ">= 1"]),

@@ -23,7 +23,8 @@ def train_job(config, out: Path, *, resume: bool = False, held_out: int = 256, c
               best_of: int = 16, budget: bool = True, progress: bool = True,
               stop_after: int | None = None, validation: int = 128,
               zero_shot: dict | None = None,
-              baselines: tuple[str, ...] | None = None) -> dict | None:  # fmt: skip
+              baselines: tuple[str, ...] | None = None,
+              exact: bool = True) -> dict | None:  # fmt: skip
     """Train, then write the PNGs and report.json into `out` (returns the report; None when
     stopped early by `stop_after`). The report judges the validation-selected policy
     (`Trainer.best`), its plan the best of the greedy and `best_of` sampled plans; `budget`
@@ -33,6 +34,9 @@ def train_job(config, out: Path, *, resume: bool = False, held_out: int = 256, c
     pair, seen in training or not (`report.zero_shot_report`). `baselines` (names of
     `hj.baselines.STRATEGIES`; None: all) are the baseline rows of both reports and,
     where no exact solver applies, the methods the preset's "best found" is taken over.
+    `exact=False`: no exact solver runs in the reports (the training's own teacher and
+    validation are the config's): every gap is to the best plan any row found, for training
+    mixtures whose exact optima take minutes per platform (four devices, long models).
 
     report.json is written last (atomically) and records the report's options under "job":
     a resumed run that is already finished and holds a report.json with the same options
@@ -60,6 +64,8 @@ def train_job(config, out: Path, *, resume: bool = False, held_out: int = 256, c
         job["zero_shot"] = zero_shot
     if baselines is not None:  # (likewise)
         job["baselines"] = baselines
+    if not exact:  # (likewise)
+        job["reference"] = "best found"
     path = Path(out) / "report.json"
     if resume and path.exists():
         done = read_json(path)
@@ -69,7 +75,7 @@ def train_job(config, out: Path, *, resume: bool = False, held_out: int = 256, c
     setup = trainer.setup
     best, selected = trainer.best()  # model selection on the validation platforms
     preset, plan, opt_plan = report.preset_report(
-        setup, best.params, best_of=best_of, baselines=baselines
+        setup, best.params, best_of=best_of, baselines=baselines, exact=exact
     )
     held = report.held_out_report(
         setup,
@@ -79,6 +85,7 @@ def train_job(config, out: Path, *, resume: bool = False, held_out: int = 256, c
         best_of=best_of,
         budget=budget,
         baselines=baselines,
+        exact=exact,
     )
     doc = {"config": dataclasses.asdict(config), "job": job, "preset": preset, "held_out": held,
            "training": {"updates": int(runner.update), "wall_s": rows[-1]["wall_s"],
@@ -95,7 +102,7 @@ def train_job(config, out: Path, *, resume: bool = False, held_out: int = 256, c
         doc["zero_shot"] = report.zero_shot_report(
             setup, best.params, jax.random.fold_in(trainer.keys["held_out"], 1),
             zero_shot["models"], zero_shot["presets"], zero_shot["n"], best_of=best_of,
-            baselines=baselines,
+            baselines=baselines, exact=exact,
         )  # fmt: skip
     report.plot_learning_curve(rows, Path(out) / "learning_curve.png")
     report.plot_load_distribution(setup, plan, opt_plan, Path(out) / "load_distribution.png",

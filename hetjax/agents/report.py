@@ -159,15 +159,16 @@ def _summary(gaps) -> dict:
 
 
 def preset_report(setup: ppo.Setup, params, best_of: int = 0,
-                  baselines: tuple[str, ...] | None = None,
+                  baselines: tuple[str, ...] | None = None, exact: bool = True,
                   ) -> tuple[dict, hj.Plan, hj.Plan]:  # fmt: skip
     """Learned plan (`policy_plan` with `best_of`) vs exact optimum on the preset itself (a
-    graph that is no chain: vs the best plan of the policy and of the `baselines` there, as
-    in `held_out_report`: None, every strategy; see `has_exact`), its gap to
-    `hj.bounds.score_bound`, and reductions vs all-on-device-0; `greedy_gap_pct` is the
-    greedy plan's gap either way."""
+    graph that is no chain, or `exact=False`: vs the best plan of the policy and of the
+    `baselines` there, as in `held_out_report`: None, every strategy; see `has_exact`), its
+    gap to `hj.bounds.score_bound`, and reductions vs all-on-device-0; `greedy_gap_pct` is
+    the greedy plan's gap either way."""
     c = setup.config
     names = check_baselines(baselines)
+    solve = exact
     g, p = setup.graph, setup.base
     plan = policy_plan(setup, params, p, best_of=best_of)
     greedy = plan if best_of == 0 else policy_plan(setup, params, p)
@@ -176,7 +177,7 @@ def preset_report(setup: ppo.Setup, params, best_of: int = 0,
     base = hj.evaluate(g, p, hj.Plan(jnp.zeros_like(plan.placement), plan.batch))
     s = float(hj.score(m, ref, c.weights, **_score_kw(c)))
     s_greedy = float(hj.score(hj.evaluate(g, p, greedy), ref, c.weights, **_score_kw(c)))
-    exact = has_exact(setup)
+    exact = solve and has_exact(setup)
     if exact:
         opt_plan, opt = hj.exact.optimal_score(g, p, batches=c.batches, weights=c.weights,
                                                **_search_kw(c))  # fmt: skip
@@ -244,14 +245,17 @@ def check_baselines(names) -> tuple[str, ...]:
 
 def held_out_report(setup: ppo.Setup, params, key, n: int, best_of: int = 0,
                     budget: bool = False, by_model: bool = True,
-                    baselines: tuple[str, ...] | None = None) -> dict:  # fmt: skip
+                    baselines: tuple[str, ...] | None = None,
+                    exact: bool = True) -> dict:  # fmt: skip
     """Zero-shot on n platforms sampled from a stream training never used, every gap (% of
     the exact optimum's score) with the simulations (cost-model evaluations) per platform that
     produced it. Where no exact solver applies (`has_exact`: op granularity, graphs with
-    parallel branches), the gaps are to the best plan any row found on each platform
-    (out["reference"] says which; out["best_found"] is that plan's gap to the bound; at op
-    granularity of a model whose block graph is a chain, out["exact_blocks"] is the block-level
-    exact optimum expanded to ops, one of the rows the best is taken over). Every
+    parallel branches), or with `exact=False` (no exact solver runs: four devices and long
+    models take the label search minutes per platform), the gaps are to the best plan any row
+    found on each platform (out["reference"] says which; out["best_found"] is that plan's gap
+    to the bound; at op granularity of a model whose block graph is a chain,
+    out["exact_blocks"] is the block-level exact optimum expanded to ops, one of the rows the
+    best is taken over). Every
     row also has "mean_bound_gap_pct", its gap to `hj.bounds.score_bound` (out["bound"]):
     - "policy": the policy as `hetjax place` applies it, the best of its greedy plan and
       `best_of` sampled plans (best_of + 1 simulations; best_of = 0: the greedy plan alone);
@@ -266,7 +270,7 @@ def held_out_report(setup: ppo.Setup, params, key, n: int, best_of: int = 0,
     c = setup.config
     names = check_baselines(baselines)
     platforms = ppo.sample_platforms(setup, key, n)
-    exact = has_exact(setup)
+    exact = exact and has_exact(setup)
     t0 = time.perf_counter()
     optimum = teachers.exact_scores(setup, platforms)[0] if exact else None
     exact_s = time.perf_counter() - t0
@@ -510,8 +514,8 @@ def zero_shot_pair(setup: ppo.Setup, model: str, preset: str) -> ppo.Setup:
 
 
 def zero_shot_report(setup: ppo.Setup, params, key, models, presets, n: int,
-                     best_of: int = 0,
-                     baselines: tuple[str, ...] | None = None) -> list[dict]:  # fmt: skip
+                     best_of: int = 0, baselines: tuple[str, ...] | None = None,
+                     exact: bool = True) -> list[dict]:  # fmt: skip
     """The trained policy, without more training, on every (model, preset) pair: one entry
     each, `{"model", "preset", "seen_model", "seen_preset", "n", "exact_wall_s", "policy",
     "policy_greedy", "baselines"}` (and "teacher" where `held_out_report` has it), the last
@@ -522,7 +526,7 @@ def zero_shot_report(setup: ppo.Setup, params, key, models, presets, n: int,
     when training drew its model (`config.model` or `config.models`) or its preset
     (`config.platform` or `config.platforms`). The policy runs in the environment sized for
     the pair's model and the trained models together (the trained padding kept, as `hetjax
-    place` does). `baselines` as in `held_out_report`."""
+    place` does). `baselines` and `exact` as in `held_out_report`."""
     c = setup.config
     check_baselines(baselines)  # before any pair is solved
     out = []
@@ -531,7 +535,7 @@ def zero_shot_report(setup: ppo.Setup, params, key, models, presets, n: int,
             pair = zero_shot_pair(setup, model, preset)
             held = held_out_report(pair, params, jax.random.fold_in(key, i * len(presets) + j),
                                    n, best_of=best_of, by_model=False,
-                                   baselines=baselines)  # fmt: skip
+                                   baselines=baselines, exact=exact)  # fmt: skip
             out.append({
                 "model": Path(model).name if hj.graphs.is_onnx_path(model) else model,
                 "preset": preset, "seen_model": model in setup.model_names,
