@@ -177,6 +177,7 @@ def test_reports_against_the_best_found_run_no_exact_solver(setup, monkeypatch):
 
     monkeypatch.setattr(teachers, "exact_scores", refuse)
     monkeypatch.setattr(hj.exact, "optimal_score", refuse)
+    monkeypatch.setattr(hj.exact, "optimal_scores", refuse)
     held = report.held_out_report(setup, params, key, 4, baselines=rows, exact=False)
     preset = report.preset_report(setup, params, baselines=rows, exact=False)[0]
     assert exact["reference"] == "exact optimum" and held["reference"] == "best found"

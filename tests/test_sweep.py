@@ -397,10 +397,12 @@ def test_two_ray_workers_give_the_table_of_one_process(small_run, tmp_path):
 def test_a_trained_policy_is_a_method(tmp_path):
     """methods = ["exact", "policy"]: the policy's greedy plan on each platform, evaluated on
     the sweep's graph, as `hj.agents.report.policy_plan` gives it."""
+    import hashlib
     import json
     from dataclasses import replace
 
     from hetjax.agents import ppo, report
+    from hetjax.agents.ensemble import load_ensemble
     from hetjax.agents.jobs import load_policy
     from hetjax.agents.trainer import save_checkpoint
 
@@ -433,23 +435,33 @@ def test_a_trained_policy_is_a_method(tmp_path):
     assert rows[0]["block_devices"] == "".join(map(str, np.asarray(plan.placement)[first]))
     assert rows[0]["batch"] == float(plan.batch)
     assert all(r["gap_pct"] >= 0 for r in rows)
-    # an ensemble (a list of members, RUN:CHECKPOINT naming one's file): the run twice is
-    # the run, row for row
-    twice = hj.sweep.parse({
+    # a sweep written before members could be named resumes: one run's fingerprint is the
+    # digest of its files, as it was
+    from hetjax.sweep.spec import _digest
+
+    doc = spec._fingerprint_doc(None)
+    doc["policy"]["checkpoint"] = _digest(str(run_dir))
+    assert spec.fingerprint() == hashlib.sha256(
+        json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()  # fmt: skip
+    # an ensemble (a list of members, RUN:CHECKPOINT naming a file): its plan is the one
+    # `hj.agents.load_ensemble` gives, a second member of other parameters
+    other = jax.jit(lambda k: ppo.init_runner(setup, k))(jax.random.key(4))
+    save_checkpoint(run_dir / "imitation.msgpack", other, {})
+    members = [str(run_dir), f"{run_dir}:imitation"]
+    ens = hj.sweep.parse({
         "batches": list(cfg.batches), "weights": [list(cfg.weights)],
-        "methods": ["exact", "policy"],
-        "policy": {"checkpoint": [str(run_dir), f"{run_dir}:last"]},
-        "models": [{"name": "bert-tiny", "seq_len": 16}],
-        "platforms": ["edge", {"sample": "edge", "n": 2}],
+        "methods": ["exact", "policy"], "policy": {"checkpoint": members},
+        "models": [{"name": "bert-tiny", "seq_len": 16}], "platforms": ["edge"],
     })  # fmt: skip
-    assert twice.policy.members == (str(run_dir), f"{run_dir}:last")
-    listed = hj.sweep.PolicySpec(checkpoint=list(twice.policy.members))  # as code may build it
-    assert hj.sweep.check(replace(twice, policy=listed)).policy == twice.policy
-    assert twice.fingerprint() != spec.fingerprint()
-    again = hj.sweep.run(twice, tmp_path / "out2", workers=1, progress=False)
-    rows2 = [r for r in again.to_pylist() if r["method"] == "policy"]
-    keep = ("block_devices", "batch", "score", "latency_ms", "energy_j")
-    assert [{k: r[k] for k in keep} for r in rows2] == [{k: r[k] for k in keep} for r in rows]
+    assert ens.policy.members == tuple(members)
+    listed = hj.sweep.PolicySpec(checkpoint=[Path(m) for m in members])  # as code may build it
+    assert hj.sweep.check(replace(ens, policy=listed)).policy == ens.policy
+    row = [r for r in hj.sweep.run(ens, tmp_path / "out2", workers=1, progress=False).to_pylist()
+           if r["method"] == "policy"]  # fmt: skip
+    esetup, eparams = load_ensemble(members)
+    plan = report.policy_plan(esetup, eparams, esetup.base)
+    assert len(row) == 1 and row[0]["batch"] == float(plan.batch)
+    assert row[0]["block_devices"] == "".join(map(str, np.asarray(plan.placement)[first]))
 
 
 @pytest.mark.parametrize("methods", [["exact"], ["greedy_eft"]])
@@ -657,7 +669,7 @@ def test_the_policy_is_checked_before_any_work(tmp_path):
     wide = tmp_path / "wide"
     wide.mkdir()
     (wide / "config.json").write_text(json.dumps({"ppo": {**cfg, "width": 32}}))
-    with pytest.raises(hj.SpecError, match=r"policy.checkpoint = .*wide: width=32"):
+    with pytest.raises(hj.SpecError, match=r"policy.checkpoint: ensemble member .*wide: width=32"):
         hj.sweep.parse({**doc, "policy": {"checkpoint": [str(run_dir), str(wide)]}})
     with pytest.raises(hj.SpecError, match=r"policy.checkpoint = \[\]: give at least one"):
         hj.sweep.parse({**doc, "policy": {"checkpoint": []}})

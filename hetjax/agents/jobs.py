@@ -106,7 +106,8 @@ def train_job(config, out: Path, *, resume: bool = False, held_out: int = 256, c
         )  # fmt: skip
     report.plot_learning_curve(rows, Path(out) / "learning_curve.png")
     report.plot_load_distribution(setup, plan, opt_plan, Path(out) / "load_distribution.png",
-                                  f"{config.model} on {config.platform}")  # fmt: skip
+                                  f"{config.model} on {config.platform}",
+                                  preset["reference"])  # fmt: skip
     if budget:
         report.plot_budget(held, Path(out) / "budget.png",
                            f"{config.model}, platforms around {config.platform}")  # fmt: skip

@@ -181,9 +181,9 @@ def preset_report(setup: ppo.Setup, params, best_of: int = 0,
     if exact:
         opt_plan, opt = hj.exact.optimal_score(g, p, batches=c.batches, weights=c.weights,
                                                **_search_kw(c))  # fmt: skip
-    else:  # the best of the policy's plan, the baselines' and (op granularity) the block
-        opt_plan, opt = plan, s  # level's exact optimum on the preset
-        blocks = block_optima(setup, jax.tree.map(lambda x: x[None], p))
+    else:  # the best of the policy's plan, the baselines' and (op granularity, unless the
+        opt_plan, opt = plan, s  # caller asked for no exact solver) the block level's optimum
+        blocks = block_optima(setup, jax.tree.map(lambda x: x[None], p)) if solve else None
         if blocks is not None and float(blocks[0][0]) > opt:
             opt = float(blocks[0][0])
             opt_plan = jax.tree.map(lambda x: x[0], blocks[1])
@@ -265,12 +265,13 @@ def held_out_report(setup: ppo.Setup, params, key, n: int, best_of: int = 0,
     - "teacher" (a search teacher at `config.imitation_sizes`): that strategy at those sizes;
     - "budget" (budget=True): the policy at `POLICY_SAMPLES` samples and random_search and
       cem at `SEARCH_BUDGETS`, gap against simulations;
-    - "by_model" (several trained models, `by_model`): the greedy policy on each of them.
+    - "by_model" (several trained models, `by_model`, against exact optima only): the greedy
+      policy on each of them.
     All on `config.model`."""
     c = setup.config
     names = check_baselines(baselines)
     platforms = ppo.sample_platforms(setup, key, n)
-    exact = exact and has_exact(setup)
+    solve, exact = exact, exact and has_exact(setup)
     t0 = time.perf_counter()
     optimum = teachers.exact_scores(setup, platforms)[0] if exact else None
     exact_s = time.perf_counter() - t0
@@ -362,7 +363,7 @@ def held_out_report(setup: ppo.Setup, params, key, n: int, best_of: int = 0,
         out["budget"] = curve
     if not exact:
         t0 = time.perf_counter()
-        blocks = block_optima(setup, platforms)
+        blocks = block_optima(setup, platforms) if solve else None
         if blocks is not None:  # simulations: none (the chain DP reads block costs)
             out["exact_blocks"] = judge(blocks[0], 0, t0, what="exact optimum at block "
                                         "granularity, expanded to ops")  # fmt: skip
@@ -467,9 +468,11 @@ def plot_learning_curve(rows, path):
     plt.close(fig)
 
 
-def plot_load_distribution(setup: ppo.Setup, plan, opt_plan, path, title):
+def plot_load_distribution(setup: ppo.Setup, plan, opt_plan, path, title,
+                           reference: str | None = None):  # fmt: skip
     """PNG: per-block time of all-on-device-0, the learned plan and the optimum (same batch
-    as each plan)."""
+    as each plan). `reference` names `opt_plan` ("exact optimum" or "best found", as
+    `preset_report`'s "reference"; None: the exact optimum where the exact solvers apply)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -483,7 +486,7 @@ def plot_load_distribution(setup: ppo.Setup, plan, opt_plan, path, title):
     series = [
         ("all on device 0", hj.Plan(jnp.zeros_like(plan.placement), plan.batch)),
         ("learned policy", plan),
-        ("exact optimum" if has_exact(setup) else "best found", opt_plan),
+        (reference or ("exact optimum" if has_exact(setup) else "best found"), opt_plan),
     ]
     fig, ax = plt.subplots(figsize=(13, 4))
     x = np.arange(real.sum())

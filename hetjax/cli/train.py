@@ -390,8 +390,10 @@ def train_cmd(
                        f"{100 * s['within_1pct']:.1f}")  # fmt: skip
         console.print(t3)
     if "zero_shot" in doc:
-        t5 = Table(title="zero-shot: greedy policy and the best baseline, mean gap % to the exact "
-                   "optimum (or, for a model that is no chain, the best found)")  # fmt: skip
+        refs = {e.get("reference", "exact optimum") for e in doc["zero_shot"]}
+        ref = (f"the {refs.pop()}" if len(refs) == 1 else "the exact optimum (or, for a model "
+               "that is no chain, the best found)")  # fmt: skip
+        t5 = Table(title=f"zero-shot: greedy policy and the best baseline, mean gap % to {ref}")
         for col in ("model", "preset", "seen", "policy (greedy)", f"policy ({best_of + 1} sims)",
                     "best baseline", "gap %"):  # fmt: skip
             t5.add_column(col, justify="right")

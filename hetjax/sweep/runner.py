@@ -370,13 +370,10 @@ def _pareto(graph, platforms, shard: Shard, d_max: int, chunk: int):
 def _policy_slots(checkpoint: str | tuple[str, ...], d_max: int) -> int:
     """The policy's device slots (a run saved before d_max: its preset's count; an ensemble's
     members share them); a SpecError if the sweep's platforms have more devices."""
-    import hetjax as hj
-    from hetjax.agents.ppo import PPOConfig
+    from hetjax.agents.jobs import load_config
+    from hetjax.agents.ppo import device_slots
 
-    run = PolicySpec(checkpoint).run
-    doc = read_json(Path(run) / "config.json")
-    config = PPOConfig.from_dict(doc["ppo"])
-    pd = config.d_max or hj.hardware.preset(config.platform).d_max
+    pd = device_slots(load_config(Path(PolicySpec(checkpoint).run)))
     if d_max > pd:
         raise SpecError(f"policy.checkpoint = {checkpoint!r}: the policy places on {pd} devices "
                         f"at most, the platforms have {d_max}")  # fmt: skip
@@ -384,18 +381,30 @@ def _policy_slots(checkpoint: str | tuple[str, ...], d_max: int) -> int:
 
 
 @functools.cache
-def _policy(checkpoint: str | tuple[str, ...], model: str, seq_len: int, d_max: int):
-    """(setup, params) of the policy (one run's, or an ensemble's: `hj.agents.load_ensemble`)
-    placing `model` at `seq_len` on platforms padded to its device slots."""
+def _loaded_policy(checkpoint: str | tuple[str, ...]):
+    """(setup, params) of the policy as trained: one run's, or an ensemble's
+    (`hj.agents.load_ensemble`), loaded once per process."""
     import dataclasses as dc
 
-    from hetjax.agents import ppo
-    from hetjax.agents.ensemble import load_ensemble, with_members
+    from hetjax.agents.ensemble import load_ensemble
 
     setup, params = load_ensemble(PolicySpec(checkpoint).members)
     if setup.network.k == 1:  # one policy: its own network and parameters, as before
         setup = dc.replace(setup, network=setup.network.base)
         params = jax.tree.map(lambda x: x[0], params)
+    return setup, params
+
+
+@functools.cache
+def _policy(checkpoint: str | tuple[str, ...], model: str, seq_len: int, d_max: int):
+    """(setup, params) of the policy placing `model` at `seq_len` on platforms padded to its
+    device slots."""
+    import dataclasses as dc
+
+    from hetjax.agents import ppo
+    from hetjax.agents.ensemble import with_members
+
+    setup, params = _loaded_policy(checkpoint)
     config = setup.config
     trained = (config.model,) + tuple(config.models)
     pd = _policy_slots(checkpoint, d_max)

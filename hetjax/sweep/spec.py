@@ -132,7 +132,9 @@ class PolicySpec:
     @property
     def members(self) -> tuple[str, ...]:
         """The policy's members (one for a single run), each `RUN` or `RUN:CHECKPOINT`."""
-        return (self.checkpoint,) if isinstance(self.checkpoint, str) else tuple(self.checkpoint)
+        one = isinstance(self.checkpoint, (str, os.PathLike))
+        return tuple(os.fspath(m) if isinstance(m, os.PathLike) else m
+                     for m in ((self.checkpoint,) if one else self.checkpoint))  # fmt: skip
 
     @property
     def run(self) -> str:
@@ -238,9 +240,17 @@ def _member(text: str) -> tuple[Path, str | None]:
 
 
 def _member_digest(text: str) -> str:
-    """A policy member's digest: its run's files (`_digest`), and the checkpoint it names."""
+    """A policy member's digest: its run's policy files (`_digest`: config.json and every
+    checkpoint, as before members could be named), or for `RUN:CHECKPOINT` its config.json
+    and the named checkpoint only (a run still training, whose last checkpoint changes, is
+    the same policy) with the name."""
     run, name = _member(text)
-    return _digest(str(run)) if name is None else f"{_digest(str(run))}:{name}"
+    if name is None:
+        return _digest(str(run))
+    from hetjax.agents.ensemble import CHECKPOINT_FILES
+
+    files = [run / "config.json", run / CHECKPOINT_FILES.get(name, f"{name}.msgpack")]
+    return ":".join([*(_digest(str(f)) for f in files), name])
 
 
 # --- parsing ---------------------------------------------------------------------------------
@@ -551,7 +561,7 @@ def parse(doc: dict, base_dir: str | os.PathLike = ".") -> SweepSpec:
         if "checkpoint" not in p:
             raise SpecError("policy.checkpoint: missing (a training run directory)")
         ck = p["checkpoint"]
-        if isinstance(ck, list):  # an ensemble
+        if isinstance(ck, (list, tuple)):  # an ensemble
             if not ck:
                 raise _err("policy.checkpoint", ck, "give at least one run directory")
             ck = tuple(_path(base, m, f"policy.checkpoint[{i}]") for i, m in enumerate(ck))
@@ -639,11 +649,12 @@ def _check_policy(spec: SweepSpec) -> None:
         try:
             configs.append(load_config(run))
         except (OSError, ValueError, TypeError, AttributeError, KeyError, HetjaxError) as err:
-            raise _err(where, m, f"unreadable config.json ({type(err).__name__})") from None
+            raise _err(where, m, f"unreadable config.json ({type(err).__name__}: "
+                       f"{err})") from None  # fmt: skip
     try:  # members share the network and the task (batches included), before any work
         config = ensemble_config(configs, members)
-    except CheckpointError as err:
-        raise _err("policy.checkpoint", list(members), str(err)) from None
+    except CheckpointError as err:  # (it names the member, the field and both values)
+        raise SpecError(f"policy.checkpoint: {err}") from None
     trained = [config.model, *config.models]
     own = tuple(float(b) for b in config.batches)
     for m in spec.models:
@@ -739,9 +750,10 @@ def check(spec: SweepSpec) -> SweepSpec:
         seeds=tuple(dict.fromkeys(seeds)), methods=tuple(dict.fromkeys(methods)),
         heatmap=None if spec.heatmap is None else tuple(spec.heatmap),
     )  # fmt: skip
-    if out.policy is not None and isinstance(out.policy.checkpoint, list):  # an ensemble
-        out = dataclasses.replace(out, policy=dataclasses.replace(
-            out.policy, checkpoint=tuple(out.policy.checkpoint)))  # fmt: skip
+    if out.policy is not None:  # paths as strings, an ensemble's members as a tuple
+        ck = out.policy.checkpoint
+        ck = out.policy.members[0] if isinstance(ck, (str, os.PathLike)) else out.policy.members
+        out = dataclasses.replace(out, policy=dataclasses.replace(out.policy, checkpoint=ck))
     if out.policy is not None:
         _check_policy(out)
     return out
