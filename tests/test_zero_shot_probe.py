@@ -226,3 +226,13 @@ def test_every_checkpoint_ensembles_are_the_checked_in_runs():
     for what, value in (("presets", "3.10"), ("models", "2.67")):
         mean = (docs[1][f"unseen_{what}_mean_gap_pct"] + seed1[f"unseen_{what}_mean_gap_pct"]) / 2
         assert f"{mean:.2f}" == value and f"**{value}%** (unseen {what})" in flat, what
+    # 16 members (job A seed 2 added) on both draws, and their averages
+    a, b = load("ensemble_16_zero_shot.json"), load("ensemble_16_seed1_zero_shot.json")
+    assert len(a["members"]) == len(b["members"]) == 16
+    assert set(docs[1]["members"]) < set(a["members"]) and set(a["members"]) == set(b["members"])
+    assert a["members"][0] == docs[1]["members"][0] and b["members"][0] == seed1["members"][0]
+    cells = [f"{d[f'unseen_{w}_mean_gap_pct']:.2f}" for d in (a, b) for w in ("presets", "models")]
+    assert f"give {cells[0]} / {cells[1]}% on the first draw and {cells[2]} / {cells[3]}%" in flat
+    avg = [(a[f"unseen_{w}_mean_gap_pct"] + b[f"unseen_{w}_mean_gap_pct"]) / 2
+           for w in ("presets", "models")]  # fmt: skip
+    assert f"{avg[0]:.2f} / {avg[1]:.2f}% over both" in flat
