@@ -248,6 +248,8 @@ CASES = [
     ),
     (["place", "--checkpoint", "narrow"], ["checkpoint.msgpack", "incompatible", "(8,"]),
     (["place", "--checkpoint", "nockpt"], ["--checkpoint", "nockpt", "no checkpoint yet"]),
+    (["place", "--checkpoint", "onlyclone"], ["--checkpoint", "onlyclone", "onlyclone:imitation"]),
+    (["place", "--checkpoint", "nockpt:imitation"], ["--checkpoint", "imitation.msgpack does not"]),
     (["train", "--model", "bert-tiny", "--dim", "sequence=64"], ["--dim", "built in"]),
     (["train", "--model", "bert-tiny", "--blocks", "("], ["--blocks", "built in"]),
     (["train", "--num-envs", "10"], ["--num-envs 10", "multiple of 4"]),
@@ -348,7 +350,7 @@ def scratch(tmp_path_factory):
     from hetjax.agents.trainer import save_checkpoint
 
     small = dict(model="bert-tiny", num_envs=8, num_minibatches=2, heads=2, layers=1)
-    for name, width, saved in (("narrow", 8, 16), ("nockpt", 8, None)):
+    for name, width, saved in (("narrow", 8, 16), ("nockpt", 8, None), ("onlyclone", 16, None)):
         (d / name).mkdir()
         cfg = ppo.PPOConfig(**small, width=width)
         (d / name / "config.json").write_text(json.dumps({"ppo": cfg.to_dict()}))
@@ -356,6 +358,9 @@ def scratch(tmp_path_factory):
             setup = ppo.make_setup(ppo.PPOConfig(**small, width=saved))
             runner = jax.jit(lambda k, s=setup: ppo.init_runner(s, k))(jax.random.key(0))
             save_checkpoint(d / name / "checkpoint.msgpack", runner, {})
+    # a run stopped after cloning: its clone only (the narrow run's width-16 parameters)
+    (d / "onlyclone" / "imitation.msgpack").write_bytes(
+        (d / "narrow" / "checkpoint.msgpack").read_bytes())  # fmt: skip
     (d / "chunked").mkdir()
     (d / "chunked" / "config.json").write_text(json.dumps(
         {"ppo": ppo.PPOConfig(model="bert-tiny", num_envs=8).to_dict(), "chunk": 1,

@@ -175,6 +175,15 @@ def test_place_with_a_repeated_checkpoint_places_as_the_member(runs, monkeypatch
     assert code in (0, None) and line == [ln for ln in named.splitlines() if "block devices" in ln]
     code, _, err = place(f"{runs[0]}:imitation")
     assert code == 2 and "imitation.msgpack does not exist" in err.strip().splitlines()[-1]
+    # a run stopped after cloning (its clone only): RUN:imitation places with it, RUN says how
+    clone = runs[0].parent / "clone-only"
+    clone.mkdir()
+    (clone / "config.json").write_bytes((runs[0] / "config.json").read_bytes())
+    (clone / "imitation.msgpack").write_bytes((runs[0] / "best.msgpack").read_bytes())
+    code, out, _ = place(f"{clone}:imitation")
+    assert code in (0, None) and line == [ln for ln in out.splitlines() if "block devices" in ln]
+    code, _, err = place(clone)
+    assert code == 2 and f"{clone}:imitation" in err.strip().splitlines()[-1]
     wide = _run(runs[0].parent / "wide-place", dataclasses.replace(CFG, width=32))
     code, _, err = place(runs[0], wide)
     assert code == 2 and "width=32" in err.strip().splitlines()[-1]

@@ -198,11 +198,13 @@ def writable_file(option: str, path: str | os.PathLike | None) -> None:
             raise OptionError(f"{str(base)!r} is not writable")
 
 
-def run_dir(option: str, path: Path, *, must_exist: bool) -> None:
+def run_dir(option: str, path: Path, *, must_exist: bool, named: bool = False) -> None:
     """A training run directory: its config.json parses and its array files are readable.
 
     With `must_exist` (place, or resume of a run that was started) the directory must hold a
     config.json; otherwise an existing directory is checked only where it holds run files.
+    `--checkpoint` without `named` (place's `RUN`, not `RUN:CHECKPOINT`) needs the run's
+    default checkpoint (best.msgpack or checkpoint.msgpack).
     (Whether `path` can be written is `writable_dir`'s check, which `train` runs first.)"""
     import numpy as np
 
@@ -234,9 +236,14 @@ def run_dir(option: str, path: Path, *, must_exist: bool) -> None:
             raise CheckpointError(
                 f"{option} {str(path)!r}: {f.name} is corrupt ({type(err).__name__})"
             ) from None
-    if option == "--checkpoint" and not any(
-        (Path(path) / f).exists() for f in ("checkpoint.msgpack", "best.msgpack")
-    ):
+    saved = [(Path(path) / f).exists() for f in ("checkpoint.msgpack", "best.msgpack")]
+    if option == "--checkpoint" and not named and not any(saved):
+        if (Path(path) / "imitation.msgpack").exists():  # stopped after cloning, before PPO's
+            raise CheckpointError(
+                f"{option} {str(path)!r}: holds only imitation.msgpack (the clone before PPO): "
+                f"apply it with --checkpoint {str(path)}:imitation, or continue the run with "
+                "train --resume"
+            )
         raise CheckpointError(
             f"{option} {str(path)!r}: holds no checkpoint yet (the run was stopped before its "
             "first; continue it with train --resume)"

@@ -460,7 +460,7 @@ def place_cmd(
 
     members = [parse_member(c) for c in checkpoint]  # (run, checkpoint file or None)
     for text, (run, file) in zip(checkpoint, members, strict=True):
-        checks.run_dir("--checkpoint", run, must_exist=True)
+        checks.run_dir("--checkpoint", run, must_exist=True, named=file is not None)
         if file is not None and not (run / file).exists():
             raise checks.OptionError(f"--checkpoint {text!r}: {run / file} does not exist")
     import jax
