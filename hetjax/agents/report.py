@@ -168,7 +168,6 @@ def preset_report(setup: ppo.Setup, params, best_of: int = 0,
     the greedy plan's gap either way."""
     c = setup.config
     names = check_baselines(baselines)
-    solve = exact
     g, p = setup.graph, setup.base
     plan = policy_plan(setup, params, p, best_of=best_of)
     greedy = plan if best_of == 0 else policy_plan(setup, params, p)
@@ -177,7 +176,8 @@ def preset_report(setup: ppo.Setup, params, best_of: int = 0,
     base = hj.evaluate(g, p, hj.Plan(jnp.zeros_like(plan.placement), plan.batch))
     s = float(hj.score(m, ref, c.weights, **_score_kw(c)))
     s_greedy = float(hj.score(hj.evaluate(g, p, greedy), ref, c.weights, **_score_kw(c)))
-    exact = solve and has_exact(setup)
+    # `solve`: the caller allows exact solvers; `exact`: the reference is the exact optimum
+    solve, exact = exact, exact and has_exact(setup)
     if exact:
         opt_plan, opt = hj.exact.optimal_score(g, p, batches=c.batches, weights=c.weights,
                                                **_search_kw(c))  # fmt: skip
@@ -271,7 +271,7 @@ def held_out_report(setup: ppo.Setup, params, key, n: int, best_of: int = 0,
     c = setup.config
     names = check_baselines(baselines)
     platforms = ppo.sample_platforms(setup, key, n)
-    solve, exact = exact, exact and has_exact(setup)
+    solve, exact = exact, exact and has_exact(setup)  # (as in preset_report)
     t0 = time.perf_counter()
     optimum = teachers.exact_scores(setup, platforms)[0] if exact else None
     exact_s = time.perf_counter() - t0

@@ -139,7 +139,9 @@ class PolicySpec:
     @property
     def run(self) -> str:
         """The first member's run directory (the device slots and batches of all)."""
-        return str(_member(self.members[0])[0])
+        from hetjax.agents.ensemble import parse_member
+
+        return str(parse_member(self.members[0])[0])
 
 
 @dataclass(frozen=True)
@@ -230,27 +232,18 @@ def _digest(path: str) -> str:
     return h.hexdigest()
 
 
-def _member(text: str) -> tuple[Path, str | None]:
-    """(run directory, checkpoint name or None) of a policy member `RUN[:CHECKPOINT]`, as
-    `hj.agents.load_ensemble` reads it (a directory as written is the run, colons and all)."""
-    from hetjax.agents.ensemble import parse_member
-
-    run, file = parse_member(text)
-    return run, None if file is None else str(text).rpartition(":")[2]
-
-
 def _member_digest(text: str) -> str:
     """A policy member's digest: its run's policy files (`_digest`: config.json and every
     checkpoint, as before members could be named), or for `RUN:CHECKPOINT` its config.json
     and the named checkpoint only (a run still training, whose last checkpoint changes, is
     the same policy) with the name."""
-    run, name = _member(text)
-    if name is None:
-        return _digest(str(run))
-    from hetjax.agents.ensemble import CHECKPOINT_FILES
+    from hetjax.agents.ensemble import parse_member
 
-    files = [run / "config.json", run / CHECKPOINT_FILES.get(name, f"{name}.msgpack")]
-    return ":".join([*(_digest(str(f)) for f in files), name])
+    run, file = parse_member(text)
+    if file is None:
+        return _digest(str(run))
+    files = [run / "config.json", run / file]
+    return ":".join([*(_digest(str(f)) for f in files), str(text).rpartition(":")[2]])
 
 
 # --- parsing ---------------------------------------------------------------------------------
@@ -628,7 +621,7 @@ def _check_policy(spec: SweepSpec) -> None:
     """The policy places the models it was trained on, choosing from the batch set it was
     trained with: every batch set of the sweep must be that one, so that the policy's rows
     compare with the other methods' (and its gap with the optimum's) over the same choices."""
-    from hetjax.agents.ensemble import CHECKPOINT_FILES, ensemble_config
+    from hetjax.agents.ensemble import ensemble_config, parse_member
     from hetjax.agents.jobs import load_config
     from hetjax.errors import CheckpointError, HetjaxError
 
@@ -639,13 +632,11 @@ def _check_policy(spec: SweepSpec) -> None:
         where = f"policy.checkpoint[{i}]" if many else "policy.checkpoint"
         if not isinstance(m, str) or not m:
             raise _err(where, m, "must be a run directory or RUN:CHECKPOINT")
-        run, name = _member(m)
+        run, file = parse_member(m)
         if not (run / "config.json").is_file():
             raise _err(where, m, "no config.json (not a training run)")
-        if name is not None:
-            file = CHECKPOINT_FILES.get(name, f"{name}.msgpack")
-            if not (run / file).is_file():
-                raise _err(where, m, f"{run / file} does not exist")
+        if file is not None and not (run / file).is_file():
+            raise _err(where, m, f"{run / file} does not exist")
         try:
             configs.append(load_config(run))
         except (OSError, ValueError, TypeError, AttributeError, KeyError, HetjaxError) as err:
@@ -754,7 +745,6 @@ def check(spec: SweepSpec) -> SweepSpec:
         ck = out.policy.checkpoint
         ck = out.policy.members[0] if isinstance(ck, (str, os.PathLike)) else out.policy.members
         out = dataclasses.replace(out, policy=dataclasses.replace(out.policy, checkpoint=ck))
-    if out.policy is not None:
         _check_policy(out)
     return out
 
