@@ -464,6 +464,60 @@ def test_a_trained_policy_is_a_method(tmp_path):
     assert row[0]["block_devices"] == "".join(map(str, np.asarray(plan.placement)[first]))
 
 
+def test_a_policy_places_models_it_was_not_trained_on(tmp_path):
+    """Zero-shot rows: a built-in model and an ONNX file the policy never saw get the plan of
+    the training job's zero-shot report (`report.zero_shot_pair` + `report.policy_plan`); a
+    point of a TransformerConfig grid, which no name resolves to, is placed on its own graph
+    (one block per layer more than bert-tiny), and its row's metrics are its plan's."""
+    import json
+
+    from hetjax.agents import ppo, report
+    from hetjax.agents.jobs import load_policy
+    from hetjax.agents.trainer import save_checkpoint
+    from hetjax.onnx import export_transformer
+
+    cfg = ppo.PPOConfig(
+        model="bert-tiny", seq_len=16, num_envs=8, num_updates=0, num_minibatches=2,
+        update_epochs=1, imitation_steps=2, imitation_platforms=4, imitation_batch=16,
+        imitation_teacher="greedy_eft", width=16, heads=2, layers=1,
+    )  # fmt: skip
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "config.json").write_text(json.dumps({"ppo": cfg.to_dict()}))
+    setup = ppo.make_setup(cfg)
+    runner = jax.jit(lambda k: ppo.init_runner(setup, k))(jax.random.key(5))
+    save_checkpoint(run_dir / "checkpoint.msgpack", runner, {})
+    onnx = str(export_transformer("bert-tiny", tmp_path / "tiny.onnx"))
+    spec = hj.sweep.parse({
+        "batches": list(cfg.batches), "weights": [list(cfg.weights)],
+        "methods": ["greedy_eft", "policy"], "policy": {"checkpoint": str(run_dir)},
+        "models": [{"name": "bert-mini", "seq_len": 16}, {"onnx": onnx, "dims": {"sequence": 16}},
+                   {"base": "bert-tiny", "n_layers": [3], "seq_len": [16]}],
+        "platforms": ["edge"],
+    })  # fmt: skip
+    table = hj.sweep.run(spec, tmp_path / "out", workers=1, progress=False).to_pylist()
+    rows = {r["model"]: r for r in table if r["method"] == "policy"}
+    assert len(rows) == 3, sorted(rows)
+    config, params = load_policy(run_dir)
+    trained = ppo.make_setup(config)
+    for label, name in ((spec.models[0].label, "bert-mini"), (spec.models[1].label, onnx)):
+        pair = report.zero_shot_pair(trained, name, "edge")
+        plan = report.policy_plan(pair, params, pair.base)
+        g = pair.graph
+        block, real = np.asarray(g.block), np.asarray(g.op_mask)
+        first = [np.flatnonzero(real & (block == j))[0] for j in range(int(g.block_mask.sum()))]
+        assert rows[label]["block_devices"] == "".join(map(str, np.asarray(plan.placement)[first]))
+        assert rows[label]["batch"] == float(plan.batch)
+    grid = rows[spec.models[2].label]
+    g = spec.models[2].graph()
+    tiny = hj.graphs.transformer("bert-tiny", seq_len=16)
+    assert len(grid["block_devices"]) == int(g.block_mask.sum()) > int(tiny.block_mask.sum())
+    plan = hj.Plan.from_blocks(g, [int(c) for c in grid["block_devices"]], grid["batch"])
+    m = hj.evaluate(g, hj.hardware.preset("edge"), plan)
+    np.testing.assert_allclose(grid["latency_ms"], float(m.latency) * 1e3, rtol=1e-6)
+    assert all(np.isfinite(r["score"]) and r["feasible"] for r in rows.values())
+
+
 @pytest.mark.parametrize("methods", [["exact"], ["greedy_eft"]])
 def test_a_platform_the_reference_plan_does_not_fit_is_refused_before_any_work(tmp_path, methods):
     # every method's score is relative to the reference plan, not only the exact solver's

@@ -199,8 +199,13 @@ def check_dims(config: PPOConfig, more_models=()) -> None:
                                f"{', '.join(sorted(have)) or 'none'})")  # fmt: skip
 
 
-def make_setup(config: PPOConfig) -> Setup:
-    """Validate the config and build the environment, padded graph and optimiser (host)."""
+def make_setup(config: PPOConfig, model_graph=None) -> Setup:
+    """Validate the config and build the environment, padded graph and optimiser (host).
+
+    model_graph: the `LayerGraph` of `config.model` (at `config.granularity`), used in place
+        of loading it by name: a model no name resolves to, e.g. a point of `hetjax sweep`'s
+        `TransformerConfig` grid that a trained policy places zero-shot. `config.model` is
+        then only its label. Default None: every model loaded by name (`load_model`)."""
     if config.num_envs % config.num_minibatches:
         raise hj.PlanError(
             f"num_envs={config.num_envs} must be a multiple of num_minibatches="
@@ -247,7 +252,8 @@ def make_setup(config: PPOConfig) -> Setup:
     if len(set(presets)) != len(presets):
         raise hj.PlanError(f"platforms={config.platforms!r}: each preset at most once, "
                            f"{config.platform!r} (the platform) included")  # fmt: skip
-    graphs = [load_model(config, name) for name in names]
+    graphs = [model_graph if i == 0 and model_graph is not None else load_model(config, name)
+              for i, name in enumerate(names)]  # fmt: skip
     bases = [hj.hardware.resolve(name) for name in presets]  # a preset or a platform file
     base = bases[0]
     for name, b in zip(presets, bases, strict=True):

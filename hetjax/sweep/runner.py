@@ -396,9 +396,12 @@ def _loaded_policy(checkpoint: str | tuple[str, ...]):
 
 
 @functools.cache
-def _policy(checkpoint: str | tuple[str, ...], model: str, seq_len: int, d_max: int):
-    """(setup, params) of the policy placing `model` at `seq_len` on platforms padded to its
-    device slots."""
+def _policy(checkpoint: str | tuple[str, ...], model, seq_len: int | None, d_max: int):
+    """(setup, params) of the policy placing the sweep's `model` (a `ModelSpec`) at `seq_len`
+    on platforms padded to its device slots. A model the policy was not trained on (another
+    built-in, an ONNX file, a point of a `TransformerConfig` grid) is placed zero-shot, as
+    `hetjax place` and the training job's zero-shot report place one: the environment sized
+    for it and the trained models together, the trained padding kept."""
     import dataclasses as dc
 
     from hetjax.agents import ppo
@@ -408,11 +411,15 @@ def _policy(checkpoint: str | tuple[str, ...], model: str, seq_len: int, d_max: 
     config = setup.config
     trained = (config.model,) + tuple(config.models)
     pd = _policy_slots(checkpoint, d_max)
-    # the sweep's model at the sweep's sequence length: the policy's plans are evaluated on
-    # the same graph as every other method's
-    config = dc.replace(config, model=model, models=tuple(n for n in trained if n != model),
+    # the sweep's own graph of the model (its grid fields, ONNX dims and blocks) at the
+    # policy's granularity: the policy's plans are evaluated on the graph every other method
+    # places (at block granularity)
+    graph = model.graph(config.granularity)
+    grid = any(k != "seq_len" for k, _ in model.fields)  # not the named model itself
+    name = model.label if grid else model.source
+    config = dc.replace(config, model=name, models=tuple(n for n in trained if n != name),
                         d_max=pd, seq_len=seq_len)  # fmt: skip
-    return with_members(ppo.make_setup(config), setup), params
+    return with_members(ppo.make_setup(config, model_graph=graph), setup), params
 
 
 def _policy_plans(spec: SweepSpec, model, seq_len: int, platforms, index, shard: Shard,
@@ -493,7 +500,7 @@ def run_shards(shared: dict, job: tuple) -> list[dict]:
             blocks[s.index].append((j + 1, cols))
     if "policy" in spec.methods:  # its plans do not depend on the weights: once for all
         seq = shared["model_info"][model.label]["seq_len"]
-        g, padded, plans, wall = _policy_plans(spec, model.source, seq, platforms, index, first,
+        g, padded, plans, wall = _policy_plans(spec, model, seq, platforms, index, first,
                                                chunk)  # fmt: skip
         for s in shards:
             cols = _rows(g, padded, plans, s.weights, "policy", wall / len(shards),
