@@ -264,6 +264,8 @@ CASES = [
     (["sweep", "ok.toml", "--address", "no address"], ["--address", "no address"]),
     (["sweep", "ok.toml", "--address", "localhost:1"], ["--address", "localhost:1", "cannot join"]),
     (["sweep", "ok.toml", "--out", "afile"], ["--out", "afile"]),
+    (["sweep", "ok.toml", "--summary-by", "colour"], ["--summary-by", "colour", "model"]),
+    (["sweep", "ok.toml", "--summary-by", "alpha"], ["--summary-by", "alpha"]),
     (["sweep", "ok.toml", "--out", "donesweep"], ["--out", "donesweep", "--resume"]),
     (["sweep", "unknown_model.toml"], ["models[0].name", "bert-huge"]),
     (["sweep", "bad_heads.toml"], ["models[0]", "no valid combination"]),

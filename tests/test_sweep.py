@@ -287,6 +287,19 @@ def test_small_sweep_rows_metrics_and_gaps(small_run):
     assert (out / "results.csv").read_text().count("\n") == table.num_rows + 1
     summary = hj.sweep.summary(table)
     assert {s["method"] for s in summary} == set(methods)
+    # grouped by more columns: each group's mean gap is the plain mean of its rows' gaps
+    per = hj.sweep.summary(table, by=("platform_index",))
+    assert len(per) == 2 * N_PLATFORMS * len(methods)
+    for s_ in per:
+        mine = [r["gap_pct"] for r in rows if (r["alpha"], r["platform_index"], r["method"])
+                == (s_["alpha"], s_["platform_index"], s_["method"])]  # fmt: skip
+        assert s_["configs"] == len(mine) == 1
+        assert s_["mean_gap_pct"] == pytest.approx(mine[0], abs=1e-9)
+    whole = {(d["alpha"], d["method"]): d for d in summary}
+    for (a, m), d in whole.items():  # the groups' configurations add up to the whole
+        assert d["configs"] == sum(x["configs"] for x in per if (x["alpha"], x["method"]) == (a, m))
+    with pytest.raises(hj.SpecError, match="by = 'method'"):
+        hj.sweep.summary(table, by=("method",))
     figs = hj.sweep.figures.plot_all(spec, table, out)
     assert {p.name for p in figs} == {"pareto.png", "heatmap.png", "gaps.png"}
 
@@ -744,11 +757,15 @@ def test_cli_resume_starts_a_sweep_in_a_fresh_folder(tmp_path, monkeypatch, caps
                                      'preset = "edge"\n')  # fmt: skip
     monkeypatch.setattr(sys, "argv", ["hetjax", "sweep", str(tmp_path / "s.toml"), "--out",
                                       str(tmp_path / "new"), "--resume", "--no-figures",
-                                      "--workers", "1"])  # fmt: skip
+                                      "--workers", "1", "--summary-by", "model"])  # fmt: skip
     with pytest.raises(SystemExit) as exc:
         cli.main()
-    assert exc.value.code in (0, None), capsys.readouterr().err
+    out = capsys.readouterr()
+    assert exc.value.code in (0, None), out.err
     assert (tmp_path / "new" / "results.parquet").is_file()
+    # the printed summary split by model: its column and the model's name in the row
+    head = next(line for line in out.out.splitlines() if "method" in line)
+    assert "model" in head and "bert-tiny" in out.out
 
 
 def test_review_of_the_review_sweep_details(tmp_path, monkeypatch):

@@ -3,6 +3,7 @@ checked-in runs (docs/results/zero_shot/ties_probe.json, docs/agent.md)."""
 
 import json
 import re
+import tomllib
 from pathlib import Path
 
 import numpy as np
@@ -236,3 +237,34 @@ def test_every_checkpoint_ensembles_are_the_checked_in_runs():
     avg = [(a[f"unseen_{w}_mean_gap_pct"] + b[f"unseen_{w}_mean_gap_pct"]) / 2
            for w in ("presets", "models")]  # fmt: skip
     assert f"{avg[0]:.2f} / {avg[1]:.2f}% over both" in flat
+
+
+def test_bert_shapes_sweep_table_is_the_checked_in_summary():
+    """docs/agent.md's BERT-shapes section: every row of its table is the checked-in per-model
+    summary of the sweep (`hj.sweep.summary(table, by=("model",))`), and the text's mean."""
+    text = (ROOT / "docs/agent.md").read_text()
+    text = text[text.index("### BERT shapes it never saw") :]
+    text = text[: text.index("\n### ")]
+    doc = json.loads((ROOT / "docs/results/zero_shot/bert_shapes_sweep.json").read_text())
+    by: dict = {}
+    for r in doc["summary_by_model"]:
+        by.setdefault(r["model"], {})[r["method"]] = r
+    rules = [m for m in hj.baselines.STRATEGIES if m not in ("cem", "random_search")]
+    rows = [line.split(" | ") for line in text.splitlines() if line.startswith("| bert-base-")]
+    assert len(rows) == len(by) == 16
+    for cells in rows:
+        x = by[cells[0][2:]]
+        best = min(rules, key=lambda k: x[k]["mean_gap_pct"])
+        assert cells[1:5] == [f"{x['policy']['mean_gap_pct']:.2f}",
+                              f"{x['policy']['within_1pct'] * 100:.0f}%",
+                              f"{best} {x[best]['mean_gap_pct']:.2f}",
+                              f"{x['random_search']['mean_gap_pct']:.2f}"]  # fmt: skip
+        assert cells[5] == f"{x['cem']['mean_gap_pct']:.2f} |"
+        assert x["policy"]["configs"] == 32
+    unseen = [x["policy"]["mean_gap_pct"] for m, x in by.items() if m != "bert-base-L12-d768-h12"]
+    assert f"average **{np.mean(unseen):.2f}%**" in " ".join(text.split())
+    # the grid as the sweep read it (its policy run is not checked in: parsed without it)
+    sweep = tomllib.loads((ROOT / "docs/results/zero_shot/bert_shapes_sweep.toml").read_text())
+    assert sweep.pop("policy") == {"checkpoint": "runs/bert-base-device-lookahead"}
+    sweep["methods"] = [m for m in sweep["methods"] if m != "policy"]
+    assert sorted(m.label for m in hj.sweep.parse(sweep).models) == sorted(by)

@@ -35,6 +35,13 @@ def sweep_cmd(
         int | None, typer.Option(help="platforms per shard (default: the spec's)")
     ] = None,
     figures: Annotated[bool, typer.Option(help="write pareto/heatmap/gaps PNGs")] = True,
+    summary_by: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="split the printed summary by this column too (repeatable), e.g. "
+            "model: each model of a grid"
+        ),
+    ] = None,
 ):
     """Run a sweep: results.parquet, results.csv, summary.json, figures; resumable."""
     import hetjax as hj
@@ -50,21 +57,28 @@ def sweep_cmd(
             check_address(address)
     with checks.naming("SWEEP.toml", spec_file):
         spec = hj.sweep.load(spec_file)
+    by = tuple(summary_by or ())
+    known = [c for c in (*hj.sweep.HEATMAP_COLUMNS, *(o.column for o in spec.overrides))
+             if c not in ("alpha", "beta", "gamma")]  # fmt: skip
+    for c in by:
+        if c not in known:
+            raise checks.OptionError(f"--summary-by {c!r}: no configuration column of the "
+                                     f"table; use {', '.join(known)}")  # fmt: skip
     out_dir = out or Path("runs") / f"sweep-{spec.name}"
     checks.writable_dir("--out", out_dir)
     # --resume on a folder with no sweep yet starts it (as `train --resume` does)
     table = hj.sweep.run(spec, out_dir, resume=resume, workers=workers, address=address,
                          shard_size=shard_size)  # fmt: skip
-    rows = hj.sweep.summary(table)
+    rows = hj.sweep.summary(table, by=by)
     t = Table(title=f"sweep {spec.name}: {table.num_rows} rows; gap to the exact optimum")
-    for head in ("alpha, beta, gamma", "method", "configs", "infeasible %", "mean gap %",
+    for head in ("alpha, beta, gamma", *by, "method", "configs", "infeasible %", "mean gap %",
                  "median gap %", "within 1 %", "wall s/config"):  # fmt: skip
         t.add_column(head, justify="right")
     for r in rows:
         gaps = ["-" if r[k] is None else f"{r[k]:.2f}" for k in ("mean_gap_pct", "median_gap_pct")]
-        t.add_row(f"{r['alpha']:g}, {r['beta']:g}, {r['gamma']:g}", r["method"], str(r["configs"]),
-                  f"{r['infeasible_pct']:.1f}", *gaps, f"{r['within_1pct'] * 100:.1f}",
-                  f"{r['wall_s_per_config']:.4f}")  # fmt: skip
+        t.add_row(f"{r['alpha']:g}, {r['beta']:g}, {r['gamma']:g}", *(f"{r[c]}" for c in by),
+                  r["method"], str(r["configs"]), f"{r['infeasible_pct']:.1f}", *gaps,
+                  f"{r['within_1pct'] * 100:.1f}", f"{r['wall_s_per_config']:.4f}")  # fmt: skip
     console.print(t)
     written = ["results.parquet", "results.csv", "summary.json"]
     if spec.cosearch is not None:

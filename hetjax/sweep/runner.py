@@ -843,35 +843,53 @@ class _Progress:
             self.bar.__exit__(*exc)
 
 
-def summary(table) -> list[dict]:
+def summary(table, by: tuple[str, ...] = ()) -> list[dict]:
     """Per (weights, method): configurations, infeasible %, mean / median gap % over the
-    feasible plans, share within 1 % of the optimum, mean wall s per configuration."""
+    feasible plans, share within 1 % of the optimum, mean wall s per configuration.
+
+    by: more columns of the table to group by, each row then carrying their values, e.g.
+        ("model",) for each model of a grid (a policy's zero-shot gap per shape) or
+        ("platform",); default () (the summary `hetjax sweep` prints and writes). Groups are
+        in the order of their first row in the table."""
     import pyarrow.compute as pc
 
+    by = (by,) if isinstance(by, str) else tuple(by)
+    for c in by:
+        if c not in table.column_names or c in ("alpha", "beta", "gamma", "method"):
+            raise SpecError(f"by = {c!r}: must be a column of the table other than the weights "
+                            f"and method (columns: {', '.join(table.column_names)})")  # fmt: skip
     t = table.filter(pc.not_equal(table["method"], "pareto"))
     df = {c: t[c].to_numpy(zero_copy_only=False) for c in
-          ("alpha", "beta", "gamma", "method", "gap_pct", "feasible", "wall_s")}  # fmt: skip
+          ("alpha", "beta", "gamma", "method", "gap_pct", "feasible", "wall_s", *by)}  # fmt: skip
     out = []
     keys = sorted({(a, b, g) for a, b, g in zip(df["alpha"], df["beta"], df["gamma"],
                                                  strict=True)})  # fmt: skip
+    groups = list(dict.fromkeys(zip(*(df[c].tolist() for c in by), strict=True))) if by else [()]
     methods = list(dict.fromkeys(df["method"].tolist()))
     for w in keys:
         sel_w = (df["alpha"] == w[0]) & (df["beta"] == w[1]) & (df["gamma"] == w[2])
-        for m in methods:
-            sel = sel_w & (df["method"] == m)
-            if not sel.any():
-                continue
-            gaps = df["gap_pct"][sel].astype(np.float64)
-            fin = gaps[np.isfinite(gaps)]
-            out.append({
-                "alpha": w[0], "beta": w[1], "gamma": w[2], "method": m,
-                "configs": int(sel.sum()),
-                "infeasible_pct": float(np.mean(~df["feasible"][sel])) * 100.0,
-                "mean_gap_pct": float(fin.mean()) if fin.size else None,
-                "median_gap_pct": float(np.median(fin)) if fin.size else None,
-                "within_1pct": float(np.mean(np.isfinite(gaps) & (gaps <= 1.0))),
-                "wall_s_per_config": float(df["wall_s"][sel].mean()),
-            })  # fmt: skip
+        for grp in groups:
+            sel_g = sel_w.copy()
+            for c, v in zip(by, grp, strict=True):
+                sel_g &= df[c] == v
+            for m in methods:
+                sel = sel_g & (df["method"] == m)
+                if not sel.any():
+                    continue
+                gaps = df["gap_pct"][sel].astype(np.float64)
+                fin = gaps[np.isfinite(gaps)]
+                out.append({
+                    "alpha": w[0], "beta": w[1], "gamma": w[2],
+                    **{c: (v.item() if hasattr(v, "item") else v) for c, v in zip(by, grp,
+                                                                               strict=True)},
+                    "method": m,
+                    "configs": int(sel.sum()),
+                    "infeasible_pct": float(np.mean(~df["feasible"][sel])) * 100.0,
+                    "mean_gap_pct": float(fin.mean()) if fin.size else None,
+                    "median_gap_pct": float(np.median(fin)) if fin.size else None,
+                    "within_1pct": float(np.mean(np.isfinite(gaps) & (gaps <= 1.0))),
+                    "wall_s_per_config": float(df["wall_s"][sel].mean()),
+                })  # fmt: skip
     return out
 
 
