@@ -300,6 +300,19 @@ def test_small_sweep_rows_metrics_and_gaps(small_run):
         assert d["configs"] == sum(x["configs"] for x in per if (x["alpha"], x["method"]) == (a, m))
     with pytest.raises(hj.SpecError, match="by = 'method'"):
         hj.sweep.summary(table, by=("method",))
+    # nulls and NaNs group together (as None), no row lost
+    import pyarrow as pa
+
+    n = table.num_rows
+    tagged = table.append_column("tag", pa.array([str(i % 2) for i in range(n)]))
+    xs = [[None, 1.0, float("nan")][i % 3] for i in range(n)]
+    tagged = tagged.append_column("x", pa.array(xs, pa.float64()))
+    for col, want in (("tag", {"0", "1"}), ("x", {None, 1.0})):
+        got = hj.sweep.summary(tagged, by=(col,))
+        assert {g[col] for g in got} == want
+        for (a, m), d in whole.items():
+            assert d["configs"] == sum(x["configs"] for x in got
+                                       if (x["alpha"], x["method"]) == (a, m))  # fmt: skip
     figs = hj.sweep.figures.plot_all(spec, table, out)
     assert {p.name for p in figs} == {"pareto.png", "heatmap.png", "gaps.png"}
 

@@ -859,37 +859,49 @@ def summary(table, by: tuple[str, ...] = ()) -> list[dict]:
             raise SpecError(f"by = {c!r}: must be a column of the table other than the weights "
                             f"and method (columns: {', '.join(table.column_names)})")  # fmt: skip
     t = table.filter(pc.not_equal(table["method"], "pareto"))
+    if t.num_rows == 0:
+        return []
     df = {c: t[c].to_numpy(zero_copy_only=False) for c in
-          ("alpha", "beta", "gamma", "method", "gap_pct", "feasible", "wall_s", *by)}  # fmt: skip
-    out = []
+          ("alpha", "beta", "gamma", "method", "gap_pct", "feasible", "wall_s")}  # fmt: skip
+    # each row's group: its values of the `by` columns as Python values (a null or NaN, e.g.
+    # the seq_len of an ONNX file without one, is one group: None), numbered in order of
+    # appearance
+    cols = [[None if isinstance(v, float) and v != v else v for v in t[c].to_pylist()] for c in by]
+    values = list(zip(*cols, strict=True)) if by else [()] * t.num_rows
+    groups = list(dict.fromkeys(values))
+    number = {g: i for i, g in enumerate(groups)}
+    gid = np.fromiter((number[v] for v in values), np.int64, t.num_rows)
     keys = sorted({(a, b, g) for a, b, g in zip(df["alpha"], df["beta"], df["gamma"],
                                                  strict=True)})  # fmt: skip
-    groups = list(dict.fromkeys(zip(*(df[c].tolist() for c in by), strict=True))) if by else [()]
     methods = list(dict.fromkeys(df["method"].tolist()))
-    for w in keys:
-        sel_w = (df["alpha"] == w[0]) & (df["beta"] == w[1]) & (df["gamma"] == w[2])
-        for grp in groups:
-            sel_g = sel_w.copy()
-            for c, v in zip(by, grp, strict=True):
-                sel_g &= df[c] == v
-            for m in methods:
-                sel = sel_g & (df["method"] == m)
-                if not sel.any():
-                    continue
-                gaps = df["gap_pct"][sel].astype(np.float64)
-                fin = gaps[np.isfinite(gaps)]
-                out.append({
-                    "alpha": w[0], "beta": w[1], "gamma": w[2],
-                    **{c: (v.item() if hasattr(v, "item") else v) for c, v in zip(by, grp,
-                                                                               strict=True)},
-                    "method": m,
-                    "configs": int(sel.sum()),
-                    "infeasible_pct": float(np.mean(~df["feasible"][sel])) * 100.0,
-                    "mean_gap_pct": float(fin.mean()) if fin.size else None,
-                    "median_gap_pct": float(np.median(fin)) if fin.size else None,
-                    "within_1pct": float(np.mean(np.isfinite(gaps) & (gaps <= 1.0))),
-                    "wall_s_per_config": float(df["wall_s"][sel].mean()),
-                })  # fmt: skip
+    mid = np.asarray([methods.index(m) for m in df["method"].tolist()], np.int64)
+    wid = np.asarray([keys.index(w) for w in zip(df["alpha"], df["beta"], df["gamma"],
+                                                  strict=True)], np.int64)  # fmt: skip
+    # rows of each (weights, group, method), in that order: one stable sort, then slices
+    combo = (wid * len(groups) + gid) * len(methods) + mid
+    order = np.argsort(combo, kind="stable")
+    starts = np.flatnonzero(np.r_[True, np.diff(combo[order]) != 0])
+    out = []
+    for lo, hi in zip(starts, np.r_[starts[1:], len(order)], strict=True):
+        sel = order[lo:hi]
+        c = int(combo[sel[0]])
+        w, g, m = (
+            keys[c // len(methods) // len(groups)],
+            groups[c // len(methods) % len(groups)],
+            methods[c % len(methods)],
+        )
+        gaps = df["gap_pct"][sel].astype(np.float64)
+        fin = gaps[np.isfinite(gaps)]
+        out.append({
+            "alpha": w[0], "beta": w[1], "gamma": w[2], **dict(zip(by, g, strict=True)),
+            "method": m,
+            "configs": int(sel.size),
+            "infeasible_pct": float(np.mean(~df["feasible"][sel])) * 100.0,
+            "mean_gap_pct": float(fin.mean()) if fin.size else None,
+            "median_gap_pct": float(np.median(fin)) if fin.size else None,
+            "within_1pct": float(np.mean(np.isfinite(gaps) & (gaps <= 1.0))),
+            "wall_s_per_config": float(df["wall_s"][sel].mean()),
+        })  # fmt: skip
     return out
 
 
