@@ -542,6 +542,15 @@ def test_a_policy_places_models_it_was_not_trained_on(tmp_path):
     m = hj.evaluate(g, hj.hardware.preset("edge"), plan)
     np.testing.assert_allclose(grid["latency_ms"], float(m.latency) * 1e3, rtol=1e-6)
     assert all(np.isfinite(r["score"]) and r["feasible"] for r in rows.values())
+    # a model longer than the trained one's positions (bert-tiny: 512): the trained model
+    # keeps its training length, as in the zero-shot report (only its padding is used)
+    from hetjax.sweep import runner
+
+    long = hj.sweep.ModelSpec(label="gpt2-s1024", source="gpt2", seq_len=1024)
+    zs, _ = runner._policy(str(run_dir), long, 3)
+    assert zs.config.seq_len == 16 and zs.model_names == ("gpt2", "bert-tiny")
+    assert float(np.asarray(zs.graph.flops).sum()) == pytest.approx(
+        float(np.asarray(long.graph().flops).sum()), rel=1e-6)  # fmt: skip
 
 
 @pytest.mark.parametrize("methods", [["exact"], ["greedy_eft"]])
@@ -753,6 +762,16 @@ def test_the_policy_is_checked_before_any_work(tmp_path):
         hj.sweep.parse({**doc, "policy": {"checkpoint": [str(run_dir), str(wide)]}})
     with pytest.raises(hj.SpecError, match=r"policy.checkpoint = \[\]: give at least one"):
         hj.sweep.parse({**doc, "policy": {"checkpoint": []}})
+    # a policy trained at op granularity and an ONNX file (fused into blocks for the others)
+    from hetjax.onnx import export_transformer
+
+    ops = tmp_path / "ops"
+    ops.mkdir()
+    (ops / "config.json").write_text(json.dumps({"ppo": {**cfg, "granularity": "op"}}))
+    onnx = str(export_transformer("bert-tiny", tmp_path / "tiny.onnx"))
+    with pytest.raises(hj.SpecError, match=r"models\[1\] = .*tiny.*granularity 'op'"):
+        hj.sweep.parse({**doc, "policy": {"checkpoint": str(ops)},
+                        "models": [*doc["models"], {"onnx": onnx}]})  # fmt: skip
     # more devices than its slots: refused before sweep.json or any shard
     spec = hj.sweep.parse({**doc, "platforms": ["edge", "host4"]})
     with pytest.raises(hj.SpecError, match="places on 3 devices at most, the platforms have 4"):

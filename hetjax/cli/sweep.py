@@ -57,10 +57,14 @@ def sweep_cmd(
             check_address(address)
     with checks.naming("SWEEP.toml", spec_file):
         spec = hj.sweep.load(spec_file)
-    by = tuple(summary_by or ())
+    by = tuple(dict.fromkeys(summary_by or ()))  # each column once
+    weights, result = ("alpha", "beta", "gamma"), ("batch",)  # split always; a method's choice
     known = [c for c in (*hj.sweep.HEATMAP_COLUMNS, *(o.column for o in spec.overrides))
-             if c not in ("alpha", "beta", "gamma")]  # fmt: skip
+             if c not in weights + result]  # fmt: skip
     for c in by:
+        if c in weights:
+            raise checks.OptionError(f"--summary-by {c!r}: the summary is always split by the "
+                                     "score weights (alpha, beta, gamma)")  # fmt: skip
         if c not in known:
             raise checks.OptionError(f"--summary-by {c!r}: no configuration column of the "
                                      f"table; use {', '.join(known)}")  # fmt: skip

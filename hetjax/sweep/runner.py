@@ -396,12 +396,12 @@ def _loaded_policy(checkpoint: str | tuple[str, ...]):
 
 
 @functools.cache
-def _policy(checkpoint: str | tuple[str, ...], model, seq_len: int | None, d_max: int):
-    """(setup, params) of the policy placing the sweep's `model` (a `ModelSpec`) at `seq_len`
-    on platforms padded to its device slots. A model the policy was not trained on (another
-    built-in, an ONNX file, a point of a `TransformerConfig` grid) is placed zero-shot, as
-    `hetjax place` and the training job's zero-shot report place one: the environment sized
-    for it and the trained models together, the trained padding kept."""
+def _policy(checkpoint: str | tuple[str, ...], model, d_max: int):
+    """(setup, params) of the policy placing the sweep's `model` (a `ModelSpec`, at its own
+    sequence length) on platforms padded to its device slots. A model the policy was not
+    trained on (another built-in, an ONNX file, a point of a `TransformerConfig` grid) is
+    placed zero-shot, as `hetjax place` and the training job's zero-shot report place one:
+    the environment sized for it and the trained models together, the trained padding kept."""
     import dataclasses as dc
 
     from hetjax.agents import ppo
@@ -411,23 +411,24 @@ def _policy(checkpoint: str | tuple[str, ...], model, seq_len: int | None, d_max
     config = setup.config
     trained = (config.model,) + tuple(config.models)
     pd = _policy_slots(checkpoint, d_max)
-    # the sweep's own graph of the model (its grid fields, ONNX dims and blocks) at the
-    # policy's granularity: the policy's plans are evaluated on the graph every other method
-    # places (at block granularity)
+    # the sweep's own graph of the model (its grid fields, sequence length, ONNX dims and
+    # blocks) at the policy's granularity: for a built-in Transformer the ops every other
+    # method places (an ONNX file at op granularity is refused by the spec check); the
+    # trained models keep their training length (they only size the padding, as in
+    # `report.zero_shot_pair`)
     graph = model.graph(config.granularity)
     grid = any(k != "seq_len" for k, _ in model.fields)  # not the named model itself
     name = model.label if grid else model.source
     config = dc.replace(config, model=name, models=tuple(n for n in trained if n != name),
-                        d_max=pd, seq_len=seq_len)  # fmt: skip
+                        d_max=pd)  # fmt: skip
     return with_members(ppo.make_setup(config, model_graph=graph), setup), params
 
 
-def _policy_plans(spec: SweepSpec, model, seq_len: int, platforms, index, shard: Shard,
-                  chunk: int):  # fmt: skip
+def _policy_plans(spec: SweepSpec, model, platforms, index, shard: Shard, chunk: int):
     import hetjax as hj
     from hetjax.agents import ppo, report
 
-    setup, params = _policy(spec.policy.checkpoint, model, seq_len, platforms.d_max)
+    setup, params = _policy(spec.policy.checkpoint, model, platforms.d_max)
     padded = hj.hardware.pad(platforms, setup.config.d_max)
     keys = _keys(shard.seed, 1000, index)
     k = spec.policy.best_of
@@ -499,9 +500,7 @@ def run_shards(shared: dict, job: tuple) -> list[dict]:
                          d_max, chunk)  # fmt: skip
             blocks[s.index].append((j + 1, cols))
     if "policy" in spec.methods:  # its plans do not depend on the weights: once for all
-        seq = shared["model_info"][model.label]["seq_len"]
-        g, padded, plans, wall = _policy_plans(spec, model, seq, platforms, index, first,
-                                               chunk)  # fmt: skip
+        g, padded, plans, wall = _policy_plans(spec, model, platforms, index, first, chunk)
         for s in shards:
             cols = _rows(g, padded, plans, s.weights, "policy", wall / len(shards),
                          spec.policy.best_of + 1, d_max, chunk)  # fmt: skip
@@ -696,8 +695,14 @@ def prepare(spec: SweepSpec, out: str | Path, *, resume: bool = False,
                 hj.exact.check_chain(graphs[m.label], first)
             except HetjaxError as err:
                 raise SpecError(f"models[{i}] ({m.label}): {err}") from None
-    if "policy" in spec.methods:  # its device slots, before any shard runs
-        _policy_slots(spec.policy.checkpoint, per_seed[spec.seeds[0]][0].d_max)
+    if "policy" in spec.methods:  # its device slots and every model's setup, before any shard
+        pd = per_seed[spec.seeds[0]][0].d_max
+        _policy_slots(spec.policy.checkpoint, pd)
+        for i, m in enumerate(spec.models):
+            try:
+                _policy(spec.policy.checkpoint, m, pd)
+            except HetjaxError as err:
+                raise SpecError(f"models[{i}] ({m.label}): policy.checkpoint: {err}") from None
     n = len(per_seed[spec.seeds[0]][1])
     # a sweep begun before 2026-11-28 keys its baselines by their place in `methods`
     legacy_keys = old is not None and old.get("fingerprint") != fp
@@ -850,7 +855,8 @@ def summary(table, by: tuple[str, ...] = ()) -> list[dict]:
     by: more columns of the table to group by, each row then carrying their values, e.g.
         ("model",) for each model of a grid (a policy's zero-shot gap per shape) or
         ("platform",); default () (the summary `hetjax sweep` prints and writes). Groups are
-        in the order of their first row in the table."""
+        in the order of their first row in the table; nulls and NaNs are one group, whose
+        value is None (e.g. `seq_len` of an ONNX file without a sequence dimension)."""
     import pyarrow.compute as pc
 
     by = (by,) if isinstance(by, str) else tuple(by)

@@ -650,6 +650,12 @@ def _check_policy(spec: SweepSpec) -> None:
     except CheckpointError as err:  # (it names the member, the field and both values)
         raise SpecError(f"policy.checkpoint: {err}") from None
     own = tuple(float(b) for b in config.batches)
+    for i, m in enumerate(spec.models):  # the same ops as every other method's graph
+        if m.onnx and config.granularity != "block":
+            raise _err(f"models[{i}]", m.label, f"an ONNX file is placed by every other method "
+                       f"fused into blocks, and the policy ({spec.policy.checkpoint!r}) was "
+                       f"trained at granularity {config.granularity!r}, where it would place "
+                       "the file's unfused ops")  # fmt: skip
     for i, b in enumerate(spec.batch_sets):
         if tuple(b) != own:
             raise _err(f"batches[{i}]", [f"{x:g}" for x in b],
