@@ -874,15 +874,16 @@ def summary(table, by: tuple[str, ...] = ()) -> list[dict]:
     # appearance
     cols = [[None if isinstance(v, float) and v != v else v for v in t[c].to_pylist()] for c in by]
     values = list(zip(*cols, strict=True)) if by else [()] * t.num_rows
+    weights = list(zip(df["alpha"], df["beta"], df["gamma"], strict=True))
+    keys = sorted(set(weights))
     groups = list(dict.fromkeys(values))
-    number = {g: i for i, g in enumerate(groups)}
-    gid = np.fromiter((number[v] for v in values), np.int64, t.num_rows)
-    keys = sorted({(a, b, g) for a, b, g in zip(df["alpha"], df["beta"], df["gamma"],
-                                                 strict=True)})  # fmt: skip
     methods = list(dict.fromkeys(df["method"].tolist()))
-    mid = np.asarray([methods.index(m) for m in df["method"].tolist()], np.int64)
-    wid = np.asarray([keys.index(w) for w in zip(df["alpha"], df["beta"], df["gamma"],
-                                                  strict=True)], np.int64)  # fmt: skip
+
+    def ids(items, ordered):  # each row's index into `ordered`
+        number = {x: i for i, x in enumerate(ordered)}
+        return np.fromiter((number[x] for x in items), np.int64, t.num_rows)
+
+    wid, gid, mid = ids(weights, keys), ids(values, groups), ids(df["method"].tolist(), methods)
     # rows of each (weights, group, method), in that order: one stable sort, then slices
     combo = (wid * len(groups) + gid) * len(methods) + mid
     order = np.argsort(combo, kind="stable")
@@ -890,12 +891,8 @@ def summary(table, by: tuple[str, ...] = ()) -> list[dict]:
     out = []
     for lo, hi in zip(starts, np.r_[starts[1:], len(order)], strict=True):
         sel = order[lo:hi]
-        c = int(combo[sel[0]])
-        w, g, m = (
-            keys[c // len(methods) // len(groups)],
-            groups[c // len(methods) % len(groups)],
-            methods[c % len(methods)],
-        )
+        r = sel[0]
+        w, g, m = keys[wid[r]], groups[gid[r]], methods[mid[r]]
         gaps = df["gap_pct"][sel].astype(np.float64)
         fin = gaps[np.isfinite(gaps)]
         out.append({

@@ -81,13 +81,12 @@ class ModelSpec:
 
     def graph(self, granularity: str = "block"):
         """The model's `LayerGraph` at `granularity` ("block", the sweep's; "op" for a policy
-        trained at op granularity: the block grouping `blocks` then does not apply)."""
+        trained at op granularity)."""
         import hetjax as hj
 
         if self.onnx:
-            blocks = self.blocks if granularity == "block" else None
             return hj.graphs.load(self.source, self.seq_len, granularity,
-                                  dims=dict(self.dims) or None, blocks=blocks)  # fmt: skip
+                                  dims=dict(self.dims) or None, blocks=self.blocks)  # fmt: skip
         return hj.graphs.transformer(self.config(), seq_len=self.seq_len, granularity=granularity)
 
 
