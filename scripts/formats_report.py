@@ -6,6 +6,7 @@ Pareto front with and without formats.
         [--presets edge,soc,datacenter,host3] [--budget 1.0] [--out docs/results/formats]
         [--time-limit SECONDS] [--fp16-time-limit SECONDS] [--resume]
         [--front-model bert-mini] [--front-preset edge] [--front-only]
+        [--policy RUN[:CHECKPOINT][,RUN[:CHECKPOINT]...]] [--best-of 16]
 
 For every (model, preset): `hj.exact.optimal_score` FP16-only and with formats (0, 1, 2) and
 codes (0, 1, 2) within `--budget` accuracy points (default score weights, batches 1..32), the
@@ -27,6 +28,19 @@ most the plan can be below the optimum (%); its baselines' gaps are to the plan 
 time_limit=S, limit_fp16=True)`; default: none, exact), for the models and platforms whose
 version-1 search takes hours: a row whose FP16 search stopped has `fp16.optimal` false and
 `fp16.upper_bound`.
+
+`--policy RUN` (a run of `hetjax train --formats --compression --quality-budget B`, B the
+report's `--budget`; `RUN:CHECKPOINT` for another checkpoint, several comma-separated for an
+ensemble, `hj.agents.load_ensemble`) adds the trained policy to every row of the grid asked
+for, new or kept: `row["policy"]` holds its greedy plan on the preset itself (1 simulation)
+and the best of that plan and `--best-of K` plans sampled from it (K + 1), each with the
+row's metrics, score and `gap_pct` to the row's plan with formats (the optimum, or the plan
+found where the search stopped), and whether training drew the row's model and preset
+(`seen_model`, `seen_preset`: a pair it never saw is placed zero-shot, as `hetjax place`
+places one). The policy's task must be the report's (formats and codes on, the budget, the
+default score weights and batches, delta 0) and its device slots must hold every preset;
+anything else is refused in one line before any search. A row keeps the entry of the same
+policy and `--best-of` and recomputes another's.
 """
 
 from __future__ import annotations
@@ -97,6 +111,106 @@ def one(model: str, preset: str, budget: float, time_limit: float | None = None,
     return row
 
 
+def load_policy(spec: str):
+    """(setup, params, name) of `--policy`'s run or ensemble; one member is its own network,
+    as trained (`hj.agents.load_ensemble` gives every policy as an ensemble)."""
+    import dataclasses
+
+    from hetjax.agents.ensemble import load_ensemble
+
+    members = [m for m in spec.split(",") if m]
+    setup, params = load_ensemble(members)
+    if setup.network.k == 1:
+        setup = dataclasses.replace(setup, network=setup.network.base)
+        params = jax.tree.map(lambda x: x[0], params)
+    return setup, params, ",".join(members)
+
+
+def policy_problem(c, budget: float, presets) -> str | None:
+    """Why the policy of `PPOConfig` c cannot be judged against the report's plans (None: it
+    can): its task must be the report's, and its device slots must hold every preset."""
+    from hetjax.agents.ppo import device_slots
+
+    if (c.formats, c.codes) != (3, 3):
+        return (f"trained with formats={c.formats}, codes={c.codes}; the report's plans choose "
+                "3 formats and 3 codes (hetjax train --formats --compression)")  # fmt: skip
+    if c.granularity != "block":
+        return f"trained at granularity {c.granularity!r}; the report places blocks"
+    if c.quality_budget != budget:
+        return f"trained with --quality-budget {c.quality_budget:g}, not --budget {budget:g}"
+    if tuple(c.weights) != hj.DEFAULT_WEIGHTS or c.delta != 0.0:
+        return (f"trained with weights {tuple(c.weights)} and delta {c.delta:g}; the report "
+                f"scores with {hj.DEFAULT_WEIGHTS} and delta 0")  # fmt: skip
+    if tuple(c.batches) != tuple(hj.exact.DEFAULT_BATCHES):
+        return (f"trained with batches {tuple(c.batches)}, the report's are "
+                f"{tuple(hj.exact.DEFAULT_BATCHES)}")  # fmt: skip
+    slots = device_slots(c)
+    for preset in presets:
+        if hj.hardware.preset(preset).d_max > slots:
+            return (f"places on {slots} devices at most; preset {preset!r} has "
+                    f"{hj.hardware.preset(preset).d_max}")  # fmt: skip
+    return None
+
+
+def _policy_model(setup, params, model: str, best_of: int) -> tuple:
+    """(setup, greedy, sampled) placing `model`: the environment of `hetjax place` and
+    `report.zero_shot_pair` with the report's own graph of the model (its default sequence
+    length, not the run's; the trained models keep their training length and only size the
+    padding), and the jitted rollouts of `report.policy_plan` (key 0) on one platform padded to
+    the policy's device slots: one compilation per model serves every preset."""
+    import dataclasses
+
+    from hetjax.agents import ppo, report
+    from hetjax.agents.ensemble import with_members
+
+    c = setup.config
+    config = dataclasses.replace(
+        c, model=model, models=tuple(m for m in setup.model_names if m != model),
+        platforms=(), d_max=ppo.device_slots(c))  # fmt: skip
+    pair = with_members(ppo.make_setup(config, model_graph=hj.graphs.transformer(model)), setup)
+    key = jax.random.key(0)
+
+    def plan(rollout):
+        def one(prm, platform):
+            _, actions = rollout(prm, jax.tree.map(lambda x: x[None], platform))
+            return report.episode_plan(pair, actions[:, 0])
+
+        return jax.jit(one)
+
+    greedy = plan(lambda prm, pl: ppo.greedy_rollout(pair, prm, key, pl))
+    sampled = plan(lambda prm, pl: ppo.best_of_k_rollout(pair, prm, key, pl, best_of))
+    return pair, greedy, sampled
+
+
+def policy_entry(setup, params, name: str, row: dict, best_of: int = 16,
+                 cache: dict | None = None) -> dict:  # fmt: skip
+    """The trained policy on the row's preset itself (zero-shot where training drew neither
+    its model nor its preset): its greedy plan and the best of that and `best_of` samples
+    (`report.policy_plan`'s plans, key 0), scored as the row's plans are (default weights, the
+    row's budget) and as a gap (%) to the row's plan with formats. `cache` keeps each model's
+    compiled rollouts between rows."""
+    from hetjax.agents import ppo
+
+    model, c = row["model"], setup.config
+    cache = {} if cache is None else cache
+    if (model, best_of) not in cache:
+        cache[model, best_of] = _policy_model(setup, params, model, best_of)
+    pair, greedy, sampled = cache[model, best_of]
+    g = pair.graph  # padded to the policy's models
+    p = hj.hardware.pad(hj.hardware.preset(row["preset"]), ppo.device_slots(c))
+    ref = hj.evaluate(g, p, hj.reference_plan(g))
+    target = row["formats"]["score"]
+    out = {"policy": name, "best_of": best_of, "seen_model": model in setup.model_names,
+           "seen_preset": row["preset"] in c.presets}  # fmt: skip
+    for key, k, rollout in (("greedy", 0, greedy), ("sampled", best_of, sampled)):
+        plan = rollout(params, p)
+        m = hj.evaluate(g, p, plan)
+        s = float(hj.score(m, ref, quality_budget=row["budget"]))
+        out[key] = {**_metrics(m), "score": s, "batch": float(plan.batch), "simulations": k + 1,
+                    "gap_pct": float(100 * (target - s) / abs(target))}  # fmt: skip
+    return out
+
+
 def _found(f: dict) -> str:
     """A row's score (FP16 or with formats): the optimum's, or the plan found and the bound
     where the search stopped at its time limit (rows written before the limit existed are
@@ -158,8 +272,12 @@ def main(argv=None) -> dict:
         default=None,
         help="seconds per FP16-only search (default: none, exact)",
     )
+    ap.add_argument("--policy", default=None,
+                    help="RUN[:CHECKPOINT][,...]: a formats policy's gap on every row")  # fmt: skip
+    ap.add_argument("--best-of", type=int, default=16,
+                    help="the policy's samples beside its greedy plan (default 16)")  # fmt: skip
     args = ap.parse_args(argv)
-    from _main import finite, models, presets  # scripts/ is on sys.path (Python puts it there)
+    from _main import at_least, finite, models, presets  # scripts/ is on sys.path
 
     models(ap, "--models", args.models)
     presets(ap, "--presets", args.presets)
@@ -172,6 +290,23 @@ def main(argv=None) -> dict:
             flag = "--" + name.replace("_", "-")
             print(f"error: {flag} {value}: must be seconds > 0", file=sys.stderr)
             sys.exit(2)
+    at_least(ap, "--best-of", args.best_of, 0)
+    policy, problem = None, None
+    if args.policy is not None:  # loaded and checked before any search
+        if args.front_only:
+            problem = "the fronts (--front-only) have no policy rows"
+        elif not [m for m in args.policy.split(",") if m]:
+            problem = "no run named"
+        else:  # the first member's task (an ensemble's members share it), then the weights
+            from hetjax.agents.ensemble import parse_member
+            from hetjax.agents.jobs import load_config
+
+            first = parse_member(args.policy.split(",")[0])[0]
+            problem = policy_problem(load_config(first), args.budget, args.presets.split(","))
+        if problem:
+            print(f"error: --policy {args.policy}: {problem}", file=sys.stderr)
+            sys.exit(2)
+        policy = load_policy(args.policy)
     path = args.out / "formats.json"
     old = json.loads(path.read_text()) if args.resume and path.exists() else {}
     if old and old.get("budget") != args.budget:
@@ -204,19 +339,36 @@ def main(argv=None) -> dict:
                   f"s), formats {_found(r['formats'])} ({r['formats']['search_s']:.1f} s)",
                   flush=True)  # fmt: skip
             write_json(path, doc)  # after every row: the searches take minutes each
+    if policy is not None:
+        grid = {(m, p) for m in args.models.split(",") for p in args.presets.split(",")}
+        cache: dict = {}  # each model's compiled rollouts, shared by its presets
+        for r in rows:
+            mine = r.get("policy", {})
+            same = (mine.get("policy"), mine.get("best_of")) == (policy[2], args.best_of)
+            if (r["model"], r["preset"]) not in grid or same:
+                continue
+            pol = r["policy"] = policy_entry(*policy, r, best_of=args.best_of, cache=cache)
+            print(f"{r['model']} {r['preset']}: policy greedy {pol['greedy']['gap_pct']:.2f}% "
+                  f"(best of {args.best_of + 1}: {pol['sampled']['gap_pct']:.2f}%)",
+                  flush=True)  # fmt: skip
+            write_json(path, doc)
     if "pareto" not in doc:  # the fronts take longer
         doc["pareto"] = front(args.front_model, args.front_preset, args.budget, args.out)
     write_json(path, doc)
     t = Table(title=f"exact optimum with formats and codes (budget {args.budget:g} point) vs FP16")
     for c in ("model", "preset", "FP16 score", "formats score", "latency ms", "quality pt",
-              "best baseline gap %", "search s (FP16 / formats)"):  # fmt: skip
+              "best baseline gap %", "policy gap % (greedy / sampled)",
+              "search s (FP16 / formats)"):  # fmt: skip
         t.add_column(c, justify="right")
     for r in rows:
         best = min(r["baselines"].items(), key=lambda kv: kv[1]["gap_pct"])
+        pol = r.get("policy")
         t.add_row(r["model"], r["preset"], _found(r["fp16"]),
                   _found(r["formats"]),
                   f"{r['fp16']['latency_s'] * 1e3:.2f} -> {r['formats']['latency_s'] * 1e3:.2f}",
                   f"{r['formats']['quality_loss']:.2f}", f"{best[0]} {best[1]['gap_pct']:.1f}",
+                  "" if pol is None else
+                  f"{pol['greedy']['gap_pct']:.1f} / {pol['sampled']['gap_pct']:.1f}",
                   f"{r['fp16']['search_s']:.1f} / {r['formats']['search_s']:.1f}")  # fmt: skip
     Console(width=160).print(t)
     print("wrote", args.out / "formats.json", args.out / "pareto.png")

@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 # the pages whose marked tables this script renders: the README, and a docs page for a table
 # too long for it (the README stays under 12 KB)
-PAGES = (README, ROOT / "docs" / "exact.md")
+PAGES = (README, ROOT / "docs" / "exact.md", ROOT / "docs" / "agent.md")
 RESULTS = ROOT / "benchmarks" / "results"
 DEMO_REPORT = ROOT / "docs" / "results" / "demo" / "report.json"
 COMPARE = ROOT / "docs" / "results" / "compare"
@@ -312,13 +312,23 @@ def cosearch() -> tuple[Row, list[Row]]:
 README_FORMATS = {"models": ("bert-base", "gpt2"), "presets": ("edge", "soc", "datacenter")}
 
 
+def _policy_cell(r: dict) -> str:
+    """A formats row's trained policy (`formats_report.py --policy`): its greedy gap % to the
+    row's plan with formats and, in brackets, the best of that and its samples'."""
+    pol = r.get("policy")
+    if pol is None:
+        return "-"
+    return f"{f_fixed(pol['greedy']['gap_pct'], 2)} ({f_fixed(pol['sampled']['gap_pct'], 2)})"
+
+
 def formats() -> tuple[Row, list[Row]]:
     """scripts/formats_report.py: cost model 2.0's exact optimum with formats and codes within
     the budget against the FP16-only optimum, and the best baseline's gap to it (the rows of
     `README_FORMATS` whose search ended: `formats_bounded` has them all)."""
     doc = load(FORMATS)
     head = ["model", "preset", "optimum: FP16 -> formats + codes", "latency ms",
-            "quality used (points)", "best baseline (gap %)"]  # fmt: skip
+            "quality used (points)", "best baseline (gap %)",
+            "policy gap %: greedy (best of 17)"]  # fmt: skip
     rows = []
     for r in doc["rows"]:
         a, b = r["fp16"], r["formats"]
@@ -336,6 +346,7 @@ def formats() -> tuple[Row, list[Row]]:
             f"{f_fixed(a['latency_s'] * 1e3, 2)} -> {f_fixed(b['latency_s'] * 1e3, 2)}",
             f_fixed(b["quality_loss"], 2),
             f"{best[0]} ({f_fixed(best[1]['gap_pct'], 1)})",
+            _policy_cell(r),
         ])  # fmt: skip
     return head, rows
 
@@ -346,7 +357,7 @@ def formats_bounded() -> tuple[Row, list[Row]]:
     doc = load(FORMATS)
     head = ["model", "preset", "FP16 optimum", "with formats + codes", "optimum at most",
             "most below the optimum %", "search s", "quality used (points)",
-            "best baseline (gap %)"]  # fmt: skip
+            "best baseline (gap %)", "policy gap %: greedy (best of 17)"]  # fmt: skip
     rows = []
     for r in doc["rows"]:
         a, b = r["fp16"], r["formats"]
@@ -363,6 +374,7 @@ def formats_bounded() -> tuple[Row, list[Row]]:
             f_fixed(b["search_s"], 0) + ("" if done else f" (limit {b['time_limit_s']:g})"),
             f_fixed(b["quality_loss"], 2),
             f"{best[0]} ({f_fixed(best[1]['gap_pct'], 1)})",
+            _policy_cell(r),
         ])  # fmt: skip
     return head, rows
 

@@ -4,6 +4,7 @@ takes minutes); hj.exact's formats search is tested in tests/test_exact_formats.
 
 import json
 
+import numpy as np
 import pytest
 from load_script import load_script
 
@@ -85,3 +86,96 @@ def test_time_limit_rows_print_their_bound_and_a_bad_limit_is_refused(report, tm
             err = capsys.readouterr().err
             assert err.count("\n") == 1 and f"{flag} {float(bad)}" in err
             assert not (tmp_path / bad).exists()
+
+
+# a formats policy as training leaves its run (config.json, best.msgpack), its network at
+# initialisation: the report's bookkeeping, not a trained policy's numbers
+FORMATS_CFG = dict(model="bert-tiny", seq_len=16, platform="edge", num_envs=8,
+                   num_minibatches=2, width=16, head_width=16, heads=2, layers=1, formats=3,
+                   codes=3, quality_budget=1.0, imitation_steps=0,
+                   imitation_teacher="none", bc_coef=0.0)  # fmt: skip
+
+
+def _policy_run(path, checkpoint=True, **changes):
+    import jax
+
+    from hetjax.agents import ppo
+    from hetjax.agents.trainer import save_checkpoint
+
+    config = ppo.PPOConfig(**{**FORMATS_CFG, **changes})
+    path.mkdir(parents=True)
+    (path / "config.json").write_text(json.dumps({"ppo": config.to_dict()}))
+    if not checkpoint:  # refused before its parameters are read
+        return path
+    setup = ppo.make_setup(config)
+    runner = jax.jit(lambda k: ppo.init_runner(setup, k))(jax.random.key(0))
+    save_checkpoint(path / "best.msgpack", runner, {})
+    return path
+
+
+def test_the_policy_column_is_its_plan_on_the_row_s_preset(report, tmp_path, monkeypatch, capsys):
+    """`--policy RUN`: every row of the grid gets the policy's greedy and sampled plans on the
+    preset itself, scored as the row's plans are and as a gap to the row's plan with formats;
+    a row keeps the entry of the same policy; a policy of another task is refused in one line
+    before any search, nothing written."""
+    import hetjax as hj
+    from hetjax.agents import ppo
+
+    module, calls = report
+    run = _policy_run(tmp_path / "run")
+    seen = []
+    real = module.policy_entry
+    monkeypatch.setattr(module, "policy_entry",
+                        lambda *a, **k: seen.append(a[3]["preset"]) or real(*a, **k))  # fmt: skip
+    out = tmp_path / "out"
+    doc = module.main(["--models", "bert-tiny", "--presets", "edge,soc", "--out", str(out),
+                       "--policy", str(run), "--best-of", "3"])  # fmt: skip
+    assert seen == ["edge", "soc"]
+    edge, soc = (r["policy"] for r in doc["rows"])
+    assert (edge["seen_model"], edge["seen_preset"]) == (True, True)
+    assert (soc["seen_model"], soc["seen_preset"]) == (True, False)  # zero-shot on soc
+    for entry in (edge, soc):
+        assert entry["policy"] == str(run) and entry["best_of"] == 3
+        assert (entry["greedy"]["simulations"], entry["sampled"]["simulations"]) == (1, 4)
+        assert entry["sampled"]["score"] >= entry["greedy"]["score"]  # the greedy plan is in it
+        for k in ("greedy", "sampled"):  # the stub's optimum scores 1.0
+            assert entry[k]["gap_pct"] == pytest.approx(100 * (1.0 - entry[k]["score"]))
+            assert entry[k]["quality_loss"] <= 1.0 + 1e-6 and entry[k]["feasible"]
+    # independently: the policy's greedy plan on the preset (padded to its three slots) with
+    # the report's graph of bert-tiny (its default length, not the run's 16 tokens), scored
+    # by hj.score against the reference plan
+    from hetjax.agents import report as rep
+    from hetjax.agents.jobs import load_policy
+
+    config, params = load_policy(run)
+    graph = hj.graphs.transformer("bert-tiny")
+    setup = ppo.make_setup(config, model_graph=graph)
+    plan = rep.policy_plan(setup, params, setup.base)
+    g, p = setup.graph, setup.base
+    assert g.n_max >= graph.n_max and int(np.asarray(g.op_mask).sum()) == int(
+        np.asarray(graph.op_mask).sum())  # fmt: skip
+    s = hj.score(hj.evaluate(g, p, plan), hj.evaluate(g, p, hj.reference_plan(g)),
+                 quality_budget=1.0)  # fmt: skip
+    assert edge["greedy"]["score"] == pytest.approx(float(s), rel=1e-6)
+    # the same policy again: the rows keep their entries; another --best-of recomputes
+    seen.clear()
+    again = module.main(["--models", "bert-tiny", "--presets", "edge,soc", "--out", str(out),
+                         "--resume", "--policy", str(run), "--best-of", "3"])  # fmt: skip
+    assert seen == [] and again == doc
+    capsys.readouterr()
+    # another task than the report's: one line naming the option, exit 2, nothing searched
+    bad = {"fp16": ({"formats": 1, "codes": 1}, "formats=1"),
+           "budget": ({"quality_budget": 2.0}, "--budget 1"),
+           "weights": ({"weights": (0.5, 0.4, 0.1)}, "weights (0.5, 0.4, 0.1)"),
+           "slots": ({}, "'host4' has 4")}  # fmt: skip
+    for name, (changes, words) in bad.items():
+        bad_run = _policy_run(tmp_path / name, checkpoint=False, **changes)
+        calls.clear()
+        presets = "edge,host4" if name == "slots" else "edge"
+        with pytest.raises(SystemExit) as exc:
+            module.main(["--models", "bert-tiny", "--presets", presets, "--out",
+                         str(tmp_path / f"out-{name}"), "--policy", str(bad_run)])  # fmt: skip
+        assert exc.value.code == 2 and calls == []
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "--policy" in err and words in err, err
+        assert not (tmp_path / f"out-{name}").exists()

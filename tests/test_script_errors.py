@@ -51,6 +51,8 @@ def test_run_turns_hetjax_errors_and_missing_files_into_one_line(capsys):
     (["scripts/device_count_probe.py", "--train", "edge,docs", "--json", "OUT"], "'docs'"),
     (["scripts/device_subsets.py", "--out", "README.md"], "--out 'README.md'"),
     (["scripts/formats_report.py", "--presets", "edge,nosuch", "--out", "OUT"], "'nosuch'"),
+    (["scripts/formats_report.py", "--policy", "/nonexistent-run", "--out", "OUT"],
+     "/nonexistent-run"),
     (["scripts/batch_fit.py", "--run", "/tmp", "--lr", "nan"], "--lr nan"),
     (["scripts/ablate_seeds.py", "--seeds", "0", "--out", "OUT"], "--seeds 0"),
     (["scripts/zero_shot_eval.py", "--run", "/nonexistent-run"], "/nonexistent-run"),
