@@ -39,8 +39,9 @@ found where the search stopped), and whether training drew the row's model and p
 (`seen_model`, `seen_preset`: a pair it never saw is placed zero-shot, as `hetjax place`
 places one). The policy's task must be the report's (formats and codes on, the budget, the
 default score weights and batches, delta 0) and its device slots must hold every preset;
-anything else is refused in one line before any search. A row keeps the entry of the same
-policy and `--best-of` and recomputes another's.
+anything else is refused in one line before any search. A row of the grid keeps the entry of
+the same policy and `--best-of` and recomputes another's; rows outside the grid keep whatever
+entry they have (the README's tables refuse a file whose rows hold different policies).
 """
 
 from __future__ import annotations
@@ -136,6 +137,8 @@ def policy_problem(c, budget: float, presets) -> str | None:
                 "3 formats and 3 codes (hetjax train --formats --compression)")  # fmt: skip
     if c.granularity != "block":
         return f"trained at granularity {c.granularity!r}; the report places blocks"
+    if c.quality_budget is None:
+        return f"trained without --quality-budget; the report's plans keep {budget:g} point"
     if c.quality_budget != budget:
         return f"trained with --quality-budget {c.quality_budget:g}, not --budget {budget:g}"
     if tuple(c.weights) != hj.DEFAULT_WEIGHTS or c.delta != 0.0:
@@ -152,12 +155,13 @@ def policy_problem(c, budget: float, presets) -> str | None:
     return None
 
 
-def _policy_model(setup, params, model: str, best_of: int) -> tuple:
+def _policy_model(setup, params, model: str, preset: str, best_of: int) -> tuple:
     """(setup, greedy, sampled) placing `model`: the environment of `hetjax place` and
     `report.zero_shot_pair` with the report's own graph of the model (its default sequence
     length, not the run's; the trained models keep their training length and only size the
     padding), and the jitted rollouts of `report.policy_plan` (key 0) on one platform padded to
-    the policy's device slots: one compilation per model serves every preset."""
+    the policy's device slots: one compilation per model serves every preset (`preset`, any
+    of them, only stands in for the run's platforms, as in `report.zero_shot_pair`)."""
     import dataclasses
 
     from hetjax.agents import ppo, report
@@ -166,7 +170,7 @@ def _policy_model(setup, params, model: str, best_of: int) -> tuple:
     c = setup.config
     config = dataclasses.replace(
         c, model=model, models=tuple(m for m in setup.model_names if m != model),
-        platforms=(), d_max=ppo.device_slots(c))  # fmt: skip
+        platform=preset, platforms=(), d_max=ppo.device_slots(c))  # fmt: skip
     pair = with_members(ppo.make_setup(config, model_graph=hj.graphs.transformer(model)), setup)
     key = jax.random.key(0)
 
@@ -194,7 +198,7 @@ def policy_entry(setup, params, name: str, row: dict, best_of: int = 16,
     model, c = row["model"], setup.config
     cache = {} if cache is None else cache
     if (model, best_of) not in cache:
-        cache[model, best_of] = _policy_model(setup, params, model, best_of)
+        cache[model, best_of] = _policy_model(setup, params, model, row["preset"], best_of)
     pair, greedy, sampled = cache[model, best_of]
     g = pair.graph  # padded to the policy's models
     p = hj.hardware.pad(hj.hardware.preset(row["preset"]), ppo.device_slots(c))
@@ -274,8 +278,8 @@ def main(argv=None) -> dict:
     )
     ap.add_argument("--policy", default=None,
                     help="RUN[:CHECKPOINT][,...]: a formats policy's gap on every row")  # fmt: skip
-    ap.add_argument("--best-of", type=int, default=16,
-                    help="the policy's samples beside its greedy plan (default 16)")  # fmt: skip
+    ap.add_argument("--best-of", type=int, default=None,
+                    help="with --policy: samples beside its greedy plan (default 16)")  # fmt: skip
     args = ap.parse_args(argv)
     from _main import at_least, finite, models, presets  # scripts/ is on sys.path
 
@@ -290,18 +294,24 @@ def main(argv=None) -> dict:
             flag = "--" + name.replace("_", "-")
             print(f"error: {flag} {value}: must be seconds > 0", file=sys.stderr)
             sys.exit(2)
+    if args.best_of is not None and args.policy is None:
+        print(f"error: --best-of {args.best_of}: the policy's samples; needs --policy",
+              file=sys.stderr)  # fmt: skip
+        sys.exit(2)
+    args.best_of = 16 if args.best_of is None else args.best_of
     at_least(ap, "--best-of", args.best_of, 0)
     policy, problem = None, None
     if args.policy is not None:  # loaded and checked before any search
+        members = [m for m in args.policy.split(",") if m]
         if args.front_only:
             problem = "the fronts (--front-only) have no policy rows"
-        elif not [m for m in args.policy.split(",") if m]:
+        elif not members:
             problem = "no run named"
         else:  # the first member's task (an ensemble's members share it), then the weights
             from hetjax.agents.ensemble import parse_member
             from hetjax.agents.jobs import load_config
 
-            first = parse_member(args.policy.split(",")[0])[0]
+            first = parse_member(members[0])[0]
             problem = policy_problem(load_config(first), args.budget, args.presets.split(","))
         if problem:
             print(f"error: --policy {args.policy}: {problem}", file=sys.stderr)

@@ -29,8 +29,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-# the pages whose marked tables this script renders: the README, and a docs page for a table
-# too long for it (the README stays under 12 KB)
+# the pages whose marked tables this script renders: the README, and the docs pages of the
+# tables too long for it (the README stays under 12 KB)
 PAGES = (README, ROOT / "docs" / "exact.md", ROOT / "docs" / "agent.md")
 RESULTS = ROOT / "benchmarks" / "results"
 DEMO_REPORT = ROOT / "docs" / "results" / "demo" / "report.json"
@@ -312,6 +312,17 @@ def cosearch() -> tuple[Row, list[Row]]:
 README_FORMATS = {"models": ("bert-base", "gpt2"), "presets": ("edge", "soc", "datacenter")}
 
 
+def _policy_head(rows: list[dict]) -> str:
+    """The policy column's header, from the samples its entries used; a file whose rows hold
+    entries of different policies or samples is refused (one column, one policy)."""
+    runs = {(r["policy"]["policy"], r["policy"]["best_of"]) for r in rows if "policy" in r}
+    if len(runs) > 1:
+        raise ValueError(f"formats.json: policy entries of {sorted(runs)}: rerun "
+                         "scripts/formats_report.py --policy over every row")  # fmt: skip
+    k = next(iter(runs))[1] if runs else 16
+    return f"policy gap %: greedy (best of {k + 1})"
+
+
 def _policy_cell(r: dict) -> str:
     """A formats row's trained policy (`formats_report.py --policy`): its greedy gap % to the
     row's plan with formats and, in brackets, the best of that and its samples'."""
@@ -328,7 +339,7 @@ def formats() -> tuple[Row, list[Row]]:
     doc = load(FORMATS)
     head = ["model", "preset", "optimum: FP16 -> formats + codes", "latency ms",
             "quality used (points)", "best baseline (gap %)",
-            "policy gap %: greedy (best of 17)"]  # fmt: skip
+            _policy_head(doc["rows"])]  # fmt: skip
     rows = []
     for r in doc["rows"]:
         a, b = r["fp16"], r["formats"]
@@ -357,7 +368,7 @@ def formats_bounded() -> tuple[Row, list[Row]]:
     doc = load(FORMATS)
     head = ["model", "preset", "FP16 optimum", "with formats + codes", "optimum at most",
             "most below the optimum %", "search s", "quality used (points)",
-            "best baseline (gap %)", "policy gap %: greedy (best of 17)"]  # fmt: skip
+            "best baseline (gap %)", _policy_head(doc["rows"])]  # fmt: skip
     rows = []
     for r in doc["rows"]:
         a, b = r["fp16"], r["formats"]

@@ -141,7 +141,7 @@ def test_the_policy_column_is_its_plan_on_the_row_s_preset(report, tmp_path, mon
         for k in ("greedy", "sampled"):  # the stub's optimum scores 1.0
             assert entry[k]["gap_pct"] == pytest.approx(100 * (1.0 - entry[k]["score"]))
             assert entry[k]["quality_loss"] <= 1.0 + 1e-6 and entry[k]["feasible"]
-    # independently: the policy's greedy plan on the preset (padded to its three slots) with
+    # independently: the policy's greedy plan on each preset (padded to its three slots) with
     # the report's graph of bert-tiny (its default length, not the run's 16 tokens), scored
     # by hj.score against the reference plan
     from hetjax.agents import report as rep
@@ -150,23 +150,43 @@ def test_the_policy_column_is_its_plan_on_the_row_s_preset(report, tmp_path, mon
     config, params = load_policy(run)
     graph = hj.graphs.transformer("bert-tiny")
     setup = ppo.make_setup(config, model_graph=graph)
-    plan = rep.policy_plan(setup, params, setup.base)
-    g, p = setup.graph, setup.base
+    g = setup.graph
     assert g.n_max >= graph.n_max and int(np.asarray(g.op_mask).sum()) == int(
         np.asarray(graph.op_mask).sum())  # fmt: skip
-    s = hj.score(hj.evaluate(g, p, plan), hj.evaluate(g, p, hj.reference_plan(g)),
-                 quality_budget=1.0)  # fmt: skip
-    assert edge["greedy"]["score"] == pytest.approx(float(s), rel=1e-6)
-    # the same policy again: the rows keep their entries; another --best-of recomputes
+    for name, entry in (("edge", edge), ("soc", soc)):
+        p = hj.hardware.pad(hj.hardware.preset(name), 3)
+        plan = rep.policy_plan(setup, params, p)
+        s = hj.score(hj.evaluate(g, p, plan), hj.evaluate(g, p, hj.reference_plan(g)),
+                     quality_budget=1.0)  # fmt: skip
+        assert entry["greedy"]["score"] == pytest.approx(float(s), rel=1e-6), name
+    # the same policy again (a stray comma in the list is no member): the rows keep their
+    # entries; another --best-of recomputes them
     seen.clear()
     again = module.main(["--models", "bert-tiny", "--presets", "edge,soc", "--out", str(out),
-                         "--resume", "--policy", str(run), "--best-of", "3"])  # fmt: skip
+                         "--resume", "--policy", f",{run}", "--best-of", "3"])  # fmt: skip
     assert seen == [] and again == doc
+    fewer = module.main(["--models", "bert-tiny", "--presets", "edge,soc", "--out", str(out),
+                         "--resume", "--policy", str(run), "--best-of", "1"])  # fmt: skip
+    assert seen == ["edge", "soc"]
+    for before, row in zip((edge, soc), fewer["rows"], strict=True):
+        assert row["policy"]["best_of"] == 1 and row["policy"]["sampled"]["simulations"] == 2
+        assert row["policy"]["greedy"] == before["greedy"]  # the same greedy plan
+    # the README's tables show one policy per column: entries of two are refused
+    tables = load_script("scripts/readme_tables.py")
+    mixed = json.loads((out / "formats.json").read_text())
+    mixed["rows"][0]["policy"]["best_of"] = 3
+    (tmp_path / "mixed.json").write_text(json.dumps(mixed))
+    monkeypatch.setattr(tables, "FORMATS", tmp_path / "mixed.json")
+    with pytest.raises(ValueError, match="policy entries of"):
+        tables.render("formats_bounded")
     capsys.readouterr()
     # another task than the report's: one line naming the option, exit 2, nothing searched
     bad = {"fp16": ({"formats": 1, "codes": 1}, "formats=1"),
            "budget": ({"quality_budget": 2.0}, "--budget 1"),
            "weights": ({"weights": (0.5, 0.4, 0.1)}, "weights (0.5, 0.4, 0.1)"),
+           "no budget": ({"quality_budget": None}, "without --quality-budget"),
+           "batches": ({"batches": (1.0, 2.0)}, "batches (1.0, 2.0)"),
+           "delta": ({"delta": 0.5}, "delta 0.5"),
            "slots": ({}, "'host4' has 4")}  # fmt: skip
     for name, (changes, words) in bad.items():
         bad_run = _policy_run(tmp_path / name, checkpoint=False, **changes)
@@ -179,3 +199,14 @@ def test_the_policy_column_is_its_plan_on_the_row_s_preset(report, tmp_path, mon
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "--policy" in err and words in err, err
         assert not (tmp_path / f"out-{name}").exists()
+    # options that need each other or a run: refused the same way
+    for argv, words in ((["--policy", ","], "no run named"),
+                        (["--policy", str(run), "--front-only"], "--front-only"),
+                        (["--best-of", "3"], "needs --policy")):  # fmt: skip
+        calls.clear()
+        with pytest.raises(SystemExit) as exc:
+            module.main([*argv, "--out", str(tmp_path / "out-options")])
+        assert exc.value.code == 2 and calls == []
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and words in err, err
+        assert not (tmp_path / "out-options").exists()
