@@ -182,6 +182,8 @@ def _policy_model(setup, params, model: str, preset: str, best_of: int) -> tuple
         return jax.jit(one)
 
     greedy = plan(lambda prm, pl: ppo.greedy_rollout(pair, prm, key, pl))
+    if best_of == 0:  # the best of the greedy plan alone (`policy_plan`'s best_of = 0)
+        return pair, greedy, greedy
     sampled = plan(lambda prm, pl: ppo.best_of_k_rollout(pair, prm, key, pl, best_of))
     return pair, greedy, sampled
 
