@@ -113,18 +113,11 @@ def one(model: str, preset: str, budget: float, time_limit: float | None = None,
 
 
 def load_policy(spec: str):
-    """(setup, params, name) of `--policy`'s run or ensemble; one member is its own network,
-    as trained (`hj.agents.load_ensemble` gives every policy as an ensemble)."""
-    import dataclasses
-
-    from hetjax.agents.ensemble import load_ensemble
+    """(setup, params, name) of `--policy`'s run or ensemble (`load_members`)."""
+    from hetjax.agents.ensemble import load_members
 
     members = [m for m in spec.split(",") if m]
-    setup, params = load_ensemble(members)
-    if setup.network.k == 1:
-        setup = dataclasses.replace(setup, network=setup.network.base)
-        params = jax.tree.map(lambda x: x[0], params)
-    return setup, params, ",".join(members)
+    return *load_members(members), ",".join(members)
 
 
 def policy_problem(c, budget: float, presets) -> str | None:
@@ -156,22 +149,15 @@ def policy_problem(c, budget: float, presets) -> str | None:
 
 
 def _policy_model(setup, params, model: str, preset: str, best_of: int) -> tuple:
-    """(setup, greedy, sampled) placing `model`: the environment of `hetjax place` and
-    `report.zero_shot_pair` with the report's own graph of the model (its default sequence
-    length, not the run's; the trained models keep their training length and only size the
-    padding), and the jitted rollouts of `report.policy_plan` (key 0) on one platform padded to
-    the policy's device slots: one compilation per model serves every preset (`preset`, any
-    of them, only stands in for the run's platforms, as in `report.zero_shot_pair`)."""
-    import dataclasses
-
+    """(setup, greedy, sampled) placing `model`: `report.zero_shot_pair`'s environment (that
+    of `hetjax place`) with the report's own graph of the model (its default sequence length,
+    not the run's; the trained models keep their training length and only size the padding),
+    and the jitted rollouts of `report.policy_plan` (key 0) on one platform padded to the
+    policy's device slots: one compilation per model serves every preset (`preset`, any of
+    them, only stands in for the run's platforms)."""
     from hetjax.agents import ppo, report
-    from hetjax.agents.ensemble import with_members
 
-    c = setup.config
-    config = dataclasses.replace(
-        c, model=model, models=tuple(m for m in setup.model_names if m != model),
-        platform=preset, platforms=(), d_max=ppo.device_slots(c))  # fmt: skip
-    pair = with_members(ppo.make_setup(config, model_graph=hj.graphs.transformer(model)), setup)
+    pair = report.zero_shot_pair(setup, model, preset, model_graph=hj.graphs.transformer(model))
     key = jax.random.key(0)
 
     def plan(rollout):
@@ -195,15 +181,13 @@ def policy_entry(setup, params, name: str, row: dict, best_of: int = 16,
     (`report.policy_plan`'s plans, key 0), scored as the row's plans are (default weights, the
     row's budget) and as a gap (%) to the row's plan with formats. `cache` keeps each model's
     compiled rollouts between rows."""
-    from hetjax.agents import ppo
-
     model, c = row["model"], setup.config
     cache = {} if cache is None else cache
     if (model, best_of) not in cache:
         cache[model, best_of] = _policy_model(setup, params, model, row["preset"], best_of)
     pair, greedy, sampled = cache[model, best_of]
     g = pair.graph  # padded to the policy's models
-    p = hj.hardware.pad(hj.hardware.preset(row["preset"]), ppo.device_slots(c))
+    p = hj.hardware.pad(hj.hardware.preset(row["preset"]), pair.env.d_max)  # its device slots
     ref = hj.evaluate(g, p, hj.reference_plan(g))
     target = row["formats"]["score"]
     out = {"policy": name, "best_of": best_of, "seen_model": model in setup.model_names,

@@ -37,7 +37,7 @@ import jax.numpy as jnp
 from hetjax.errors import CheckpointError
 
 __all__ = ["CHECKPOINT_FILES", "TRAINING_ONLY", "EnsembleNet", "ensemble_config", "load_ensemble",
-           "parse_member", "with_members"]  # fmt: skip
+           "load_members", "parse_member", "with_members"]  # fmt: skip
 
 # `PPOConfig` fields that only training reads: members may differ in them. Every other field
 # (the network, the observation, the score weights, the batches, the device slots, formats)
@@ -196,3 +196,13 @@ def load_ensemble(members: Sequence) -> tuple[object, object]:
     stacked = jax.tree.map(lambda *x: jnp.stack(x), *params)
     setup = ppo.make_setup(config)
     return dataclasses.replace(setup, network=EnsembleNet(setup.network, len(pairs))), stacked
+
+
+def load_members(members: Sequence) -> tuple[object, object]:
+    """(setup, params) of `members` as `load_ensemble` takes them, one member as its own
+    network and parameters (as trained, not an ensemble of one), several as their ensemble."""
+    setup, params = load_ensemble(members)
+    if setup.network.k == 1:
+        setup = dataclasses.replace(setup, network=setup.network.base)
+        params = jax.tree.map(lambda x: x[0], params)
+    return setup, params

@@ -505,15 +505,17 @@ def plot_load_distribution(setup: ppo.Setup, plan, opt_plan, path, title,
     plt.close(fig)
 
 
-def zero_shot_pair(setup: ppo.Setup, model: str, preset: str) -> ppo.Setup:
+def zero_shot_pair(setup: ppo.Setup, model: str, preset: str, model_graph=None) -> ppo.Setup:
     """The setup `zero_shot_report` runs a trained policy in for one (model, preset) pair:
     the environment sized for `model` and the trained models together (the trained padding
-    kept), its platforms sampled around `preset`."""
+    kept), its platforms sampled around `preset`. `model_graph`: `model`'s `LayerGraph` in
+    place of loading it by name at the run's sequence length (`ppo.make_setup`)."""
     config = dataclasses.replace(
         setup.config, model=model, models=tuple(m for m in setup.model_names if m != model),
         platform=preset, platforms=(), d_max=setup.env.d_max,
     )  # fmt: skip
-    return with_members(ppo.make_setup(config), setup)  # an ensemble's members kept
+    pair = ppo.make_setup(config, model_graph=model_graph)
+    return with_members(pair, setup)  # an ensemble's members kept
 
 
 def zero_shot_report(setup: ppo.Setup, params, key, models, presets, n: int,

@@ -384,15 +384,9 @@ def _policy_slots(checkpoint: str | tuple[str, ...], d_max: int) -> int:
 def _loaded_policy(checkpoint: str | tuple[str, ...]):
     """(setup, params) of the policy as trained: one run's, or an ensemble's
     (`hj.agents.load_ensemble`), loaded once per process."""
-    import dataclasses as dc
+    from hetjax.agents.ensemble import load_members
 
-    from hetjax.agents.ensemble import load_ensemble
-
-    setup, params = load_ensemble(PolicySpec(checkpoint).members)
-    if setup.network.k == 1:  # one policy: its own network and parameters, as before
-        setup = dc.replace(setup, network=setup.network.base)
-        params = jax.tree.map(lambda x: x[0], params)
-    return setup, params
+    return load_members(PolicySpec(checkpoint).members)
 
 
 @functools.cache
