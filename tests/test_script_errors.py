@@ -3,6 +3,8 @@ traceback (`scripts/_main.run`; examples/rejax_ppo.py checks its own options).""
 
 from __future__ import annotations
 
+import argparse
+import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -65,7 +67,33 @@ def test_run_turns_hetjax_errors_and_missing_files_into_one_line(capsys):
     (["scripts/zero_shot_eval.py", "--members", "/nonexistent-run:best,/tmp", "--out", "OUT"],
      "/nonexistent-run"),
 ])  # fmt: skip
-def test_a_script_given_bad_input_prints_one_line_and_exits_2(argv, words, tmp_path):
+def test_a_script_given_bad_input_prints_one_line_and_exits_2(argv, words, tmp_path,
+                                                               monkeypatch, capsys):  # fmt: skip
+    """Each script run as a program in this process (`runpy`, `__name__ == "__main__"`, its
+    folder on `sys.path`, `sys.argv` its command line): a fresh interpreter per case cost 2-8 s
+    of imports each; the test below runs two of them as separate programs."""
+    out = tmp_path / "out.json"
+    argv = [str(out) if a == "OUT" else a for a in argv]
+    script = ROOT / argv[0]
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(sys, "argv", [str(script), *argv[1:]])
+    monkeypatch.setattr(sys, "path", [str(script.parent), *sys.path])
+    # scripts/_main.run replaces argparse's error for its process: undone after the test
+    monkeypatch.setattr(argparse.ArgumentParser, "error", argparse.ArgumentParser.error)
+    with pytest.raises(SystemExit) as exc:
+        runpy.run_path(str(script), run_name="__main__")
+    err = capsys.readouterr().err
+    assert exc.value.code == 2, err[-2000:]
+    assert not out.exists()  # nothing written
+    assert err.count("\n") == 1 and words in err, err
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["scripts/sweep_progress.py", "/nonexistent-sweep"], "/nonexistent-sweep/sweep.json"),
+    (["scripts/formats_report.py", "--presets", "edge,nosuch", "--out", "OUT"], "'nosuch'"),
+])  # fmt: skip
+def test_a_script_run_as_a_program_prints_one_line_and_exits_2(argv, words, tmp_path):
+    """The same contract in a fresh interpreter, as a user runs a script: no traceback."""
     out = tmp_path / "out.json"
     argv = [str(out) if a == "OUT" else a for a in argv]
     r = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True,
