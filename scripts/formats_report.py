@@ -5,7 +5,7 @@ Pareto front with and without formats.
     PYTHONPATH=. .venv/bin/python scripts/formats_report.py [--models bert-base,gpt2,tinyllama-1.1b]
         [--presets edge,soc,datacenter,host3] [--budget 1.0] [--out docs/results/formats]
         [--time-limit SECONDS] [--fp16-time-limit SECONDS] [--resume]
-        [--front-model bert-mini] [--front-preset edge] [--front-only]
+        [--front-model bert-base] [--front-preset edge] [--front-only]
         [--policy RUN[:CHECKPOINT][,RUN[:CHECKPOINT]...]] [--best-of 16]
 
 For every (model, preset): `hj.exact.optimal_score` FP16-only and with formats (0, 1, 2) and
@@ -13,8 +13,8 @@ codes (0, 1, 2) within `--budget` accuracy points (default score weights, batche
 metrics of both plans, the seconds each search took, and each baseline's score with formats
 and codes (`hj.baselines`, the budgeted greedy for the rules) as a gap to the optimum with
 formats. Then the Pareto front over (latency, throughput, energy) of `--front-model` (default
-bert-mini: bert-base's front with formats did not end in 10 minutes) on `--front-preset` with
-and without formats, drawn in the (latency, energy) plane.
+bert-base; its front with formats takes minutes on `edge`) on `--front-preset` with and without
+formats, drawn in the (latency, energy) plane.
 Writes OUT/formats.json and OUT/pareto.png (atomically); prints a table. formats.json is
 rewritten after every (model, preset) row, so a killed run loses only the row in flight;
 `--resume` keeps the rows already in OUT/formats.json (at the same budget), adds the missing
@@ -215,6 +215,7 @@ def front(model: str, preset: str, budget: float, out: Path) -> dict:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     g, p = hj.graphs.transformer(model), hj.hardware.preset(preset)
     pl16, m16 = hj.exact.pareto_front(g, p)
@@ -229,6 +230,10 @@ def front(model: str, preset: str, budget: float, out: Path) -> dict:
     ax.set_ylabel("energy per sample (mJ)")
     ax.set_xscale("log")
     ax.set_yscale("log")
+    plain = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}")  # "3", not "3 x 10^0"
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_formatter(plain)
+        axis.set_minor_formatter(plain)
     ax.set_title(f"exact Pareto fronts over (latency, throughput, energy), batches 1-32:\n"
                  f"{model} on {preset}", fontsize=10)  # fmt: skip
     ax.legend(fontsize=8)
@@ -243,7 +248,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--models", default="bert-base,gpt2,tinyllama-1.1b")
     ap.add_argument("--presets", default="edge,soc,datacenter,host3")
     ap.add_argument("--budget", type=float, default=1.0)
-    ap.add_argument("--front-model", default="bert-mini")
+    ap.add_argument("--front-model", default="bert-base")
     ap.add_argument("--front-preset", default="edge")
     ap.add_argument("--out", type=Path, default=Path("docs/results/formats"))
     ap.add_argument("--front-only", action="store_true",
