@@ -73,6 +73,7 @@ def main(argv=None) -> None:
     )
     ap.add_argument("--d-max", type=int, default=3, help="the policy's device slots")
     ap.add_argument("--lookahead", action="store_true", help="the lookahead feature group")
+    ap.add_argument("--rollout", action="store_true", help="the rollout feature groups")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
     from _main import at_least, finite, platforms  # scripts/ is on sys.path (Python puts it)
@@ -103,7 +104,7 @@ def main(argv=None) -> None:
         spread=args.spread, encoder=args.encoder, imitation_teacher=args.teacher, width=128,
         head_width=64,
         imitation_steps=args.steps, imitation_platforms=args.teacher_platforms,
-        lookahead=args.lookahead, imitation_sizes=tuple(sizes),
+        lookahead=args.lookahead, rollout=args.rollout, imitation_sizes=tuple(sizes),
     )  # fmt: skip
     t0 = time.perf_counter()
     setup = ppo.make_setup(config)

@@ -66,6 +66,10 @@ class PPOConfig:
     # what each device choice of the current block, and each batch at the first step, does to
     # the fluid bottleneck and the estimated score
     lookahead: bool = False
+    # the observation's "rollout" groups (`PlacementEnv.rollout`, hetjax.env.rollout): the score
+    # of a whole plan completed by dynamic programs from each device choice of the current
+    # block, and of the rollout rule's plan at each batch at the first step
+    rollout: bool = False
     weights: tuple[float, float, float] = (0.6, 0.3, 0.1)  # SPEC score (alpha, beta, gamma)
     batches: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
     num_envs: int = 512  # parallel environments, each on its own sampled platform
@@ -193,7 +197,9 @@ FROM_SCRATCH = {
     "num_envs": 1024, "num_updates": 600, "num_minibatches": 4, "update_epochs": 2,
     "batch_fit_platforms": 4096, "batch_fit_steps": 3200, "batch_fit_samples": 16,
 }  # fmt: skip
-TEACHERS = ("exact", "none")  # besides every name in hj.baselines.STRATEGIES
+# besides every name in hj.baselines.STRATEGIES; "rollout": the rule the observation's rollout
+# groups define (hetjax.env.rollout), a heuristic teacher
+TEACHERS = ("exact", "none", "rollout")
 # Cloning steps of a rule-based teacher before FROM_SCRATCH's PPO (`teacher_settings`), and
 # PPO's entropy coefficient after it, linear from 0.03 to FROM_SCRATCH's 0.01: the clone is
 # confident (0.2 nats per step against 0.6 for a fresh policy), and at a constant 0.01 PPO
@@ -207,7 +213,8 @@ def teacher_settings(teacher: str) -> dict:
     command line win over them):
     - "exact": {} (the PPOConfig defaults: clone exact optima, then PPO with a cloning term);
     - "none": `FROM_SCRATCH`;
-    - a baseline strategy's name (`hj.baselines.STRATEGIES`): DOPPLER's recipe, imitate the
+    - a baseline strategy's name (`hj.baselines.STRATEGIES`) or "rollout" (the rollout rule,
+      `hetjax.env.rollout`): DOPPLER's recipe, imitate the
       heuristic, then RL: `FROM_SCRATCH` after `HEURISTIC_IMITATION_STEPS` cloning steps of
       that strategy's plans on the teacher platforms, with PPO's entropy coefficient annealed
       over `HEURISTIC_ENT_COEF` (no cloning term in PPO, so RL may leave the teacher behind).
@@ -272,7 +279,7 @@ def _check_config(c: PPOConfig) -> None:
         v = getattr(c, name)
         if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < low:
             bad(name, f"must be an int >= {low}")
-    for name in ("load_features", "episode_dynamic_formats", "lookahead"):
+    for name in ("load_features", "episode_dynamic_formats", "lookahead", "rollout"):
         if not isinstance(getattr(c, name), bool):
             bad(name, "must be True or False")
     if isinstance(c.seed, bool) or not isinstance(c.seed, int | np.integer):
@@ -325,7 +332,7 @@ def _is_numbers(x) -> bool:
 LEGACY_DEFAULTS = {"bc_coef": 0.0, "imitation_ties": "as_solved", "models": (), "dagger_rounds": 0,
                    "granularity": "block", "d_max": 0, "shaping": 0.0, "ent_coef_end": None,
                    "load_features": False, "batch_epsilon": None, "lookahead": False,
-                   "platforms": (), "formats": 1, "codes": 1, "delta": 0.0,
+                   "rollout": False, "platforms": (), "formats": 1, "codes": 1, "delta": 0.0,
                    "quality_budget": None, "batch_fit_platforms": 0, "imitation_sizes": (),
                    # False (the encoder before the fix) where it matters, with formats or
                    # codes; True without them, where it changes nothing, so such runs resume

@@ -15,6 +15,10 @@ the devices as a set instead, as the blocks already are:
   the environment's action order `d + D * (f + F * c)`); the batch step (the first action) and
   the value read the pooled state.
 
+With the observation's rollout groups (`PlacementEnv(rollout=True)`) each device's block-step
+logit and each batch's logit add a learned multiple of its rollout value (`ROLLOUT_SCALE`), so
+the network starts from the rollout rule and learns corrections to it.
+
 So permuting the device slots of an observation permutes the block step's logits and leaves
 the batch logits and the value unchanged (tested), a device slot that is padding contributes
 nothing, and no parameter's shape depends on `d_max`. The per-episode split is the episode
@@ -40,7 +44,7 @@ from hetjax.agents.episode_net import (
 from hetjax.agents.network import masked_logits
 from hetjax.env import layout
 
-__all__ = ["DEVICE_DYNAMIC", "DeviceActorCritic", "DeviceContext"]
+__all__ = ["DEVICE_DYNAMIC", "ROLLOUT_SCALE", "DeviceActorCritic", "DeviceContext"]
 
 # the flat features' per-device groups of the dynamic part (docs/environment.md), one column
 # each of a device's step vector
@@ -50,8 +54,13 @@ _GLOBAL_DYNAMIC = ("phase", "progress", "size", "kind", "batch", "dependency", "
                    "estimate")  # fmt: skip
 _GLOBAL_STATIC = ("batch_choices", "batch_ok", "weights")
 # cost model 2.0's and the batch step's what-if groups, dynamic
-_GLOBAL_EXTRA = ("quality", "fmt_loss", "code_loss", "batch_lookahead")
+_GLOBAL_EXTRA = ("quality", "fmt_loss", "code_loss", "batch_lookahead", "batch_rollout")
 _BLOCK_GLOBAL = ("kind", "weights", "dependency")
+# With the observation's rollout groups (hetjax.env.rollout) each device's logit, and each
+# batch's, adds a learned multiple of its rollout value (score units, <= 0), initialised here:
+# the policy is the rollout rule plus what the network learns on top of it (a residual policy,
+# Silver et al. 2018); 1% of a score of 1 is one logit at this scale.
+ROLLOUT_SCALE = 100.0
 _BLOCK_DEVICE = ("time_ratio", "time_share", "legal")
 
 
@@ -161,6 +170,10 @@ class DeviceActorCritic(nn.Module):
         self.batch_out = nn.Dense(self.num_batches, kernel_init=nn.initializers.orthogonal(0.01))
         self.v_hidden = nn.Dense(self.head_width)
         self.v_out = nn.Dense(1, kernel_init=nn.initializers.orthogonal(1.0))
+        if "rollout" in dict(self.features):  # (block step, batch step)
+            self.rollout_scale = self.param(
+                "rollout_scale", nn.initializers.constant(ROLLOUT_SCALE), (2,)
+            )
 
     def encode(self, obs) -> DeviceContext:
         """The per-episode part of one observation (as `EpisodeActorCritic.encode`)."""
@@ -222,6 +235,8 @@ class DeviceActorCritic(nn.Module):
             u += [f[fs["fmt_time"]].reshape(d, -1), f[fs["codec"]][:, None]]
         if "lookahead" in fs:  # what each device choice does (columns of D: one row each)
             u += [f[fs["lookahead"]].reshape(-1, d).T]
+        if "rollout" in fs:  # each device choice's completed plan (one entry per device)
+            u += [f[fs["rollout"]][:, None]]
         z = nn.gelu(ctx.device + self.dev_step(jnp.concatenate(u, -1)))  # [D, Hh]
         glob = jnp.concatenate([f[fs[n]] for n in _GLOBAL_DYNAMIC + _GLOBAL_EXTRA if n in fs])
         h = nn.gelu(
@@ -234,6 +249,11 @@ class DeviceActorCritic(nn.Module):
         per = self.act_out(nn.gelu(self.act_state(h)[None, :] + self.act_device(z)))  # [D, FC]
         block_logits = per.T.reshape(-1)  # action d + D * choice
         batch_logits = self.batch_out(nn.gelu(self.batch_hidden(h)))
+        if "rollout" in fs:  # the rollout rule as the logits' base (ROLLOUT_SCALE)
+            block_logits = block_logits + jnp.tile(
+                self.rollout_scale[0] * f[fs["rollout"]], self.choices
+            )
+            batch_logits = batch_logits + self.rollout_scale[1] * f[fs["batch_rollout"]]
         a = self.num_actions
         pad = lambda v: jnp.pad(v, (0, a - v.shape[0]))  # noqa: E731
         logits = jnp.where(f[fs["phase"].start] > 0.5, pad(batch_logits), pad(block_logits))

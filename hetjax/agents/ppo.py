@@ -271,7 +271,7 @@ def make_setup(config: PPOConfig, model_graph=None) -> Setup:
     env = PlacementEnv.sized_for(
         graphs, bases, num_batches=len(config.batches), d_max=device_slots(config),
         formats=config.formats, codes=config.codes, descriptors=config.descriptors,
-        lookahead=config.lookahead,
+        lookahead=config.lookahead, rollout=config.rollout,
     )  # fmt: skip
     graphs = [env.pad_graph(g) for g in graphs]
     graph = graphs[0]
@@ -287,11 +287,12 @@ def make_setup(config: PPOConfig, model_graph=None) -> Setup:
             else None,
             static_end=env.feature_layout[STATIC_FEATURES_TO].stop
             if (config.episode_dynamic_formats and env.formats * env.codes > 1)
-            or env.lookahead else None,
+            or env.lookahead or env.rollout else None,
         )  # fmt: skip
     elif config.encoder == "device":
         network = DeviceActorCritic(
-            feature_sizes(env.num_batches, env.d_max, env.formats, env.codes, env.lookahead),
+            feature_sizes(env.num_batches, env.d_max, env.formats, env.codes, env.lookahead,
+                          env.rollout),
             block_feature_sizes(env.d_max), config.width, config.head_width,
         )  # fmt: skip
     else:

@@ -16,11 +16,12 @@ from hetjax import baselines
 from hetjax.agents import ppo, teachers
 from hetjax.agents.ensemble import with_members
 from hetjax.compare import gap_pct
+from hetjax.env.rollout import rule_of_params, weight_grid
 
 __all__ = ["POLICY_SAMPLES", "SEARCH_BUDGETS", "decode_name", "episode_plan", "policy_plan",
            "has_exact",
            "preset_report", "check_baselines", "held_out_report", "zero_shot_pair",
-           "zero_shot_report",
+           "zero_shot_report", "ROLLOUT_RULE", "rollout_evaluations", "rollout_rule_scores",
            "plot_learning_curve", "plot_load_distribution", "plot_budget"]  # fmt: skip
 
 # The budget comparison (report.json["held_out"]["budget"], budget.png): the policy with K
@@ -243,6 +244,37 @@ def check_baselines(names) -> tuple[str, ...]:
     return names
 
 
+ROLLOUT_RULE = (
+    "the rollout rule (hetjax.env.rollout): the batch and then each block's device "
+    "of the largest rollout value; simulations: the complete plans it scores by "
+    "the chain formulas (batches x blocks x devices x weightings), not hj.evaluate "
+    "calls"
+)
+
+
+def rollout_evaluations(setup: ppo.Setup) -> int:
+    """The complete plans the rollout rule scores on one platform: every batch choice, block,
+    device slot and weighting (`hetjax.env.rollout.weight_grid`)."""
+    blocks = int(np.asarray(setup.graph.block_mask).sum())
+    d = setup.env.d_max
+    return len(setup.config.batches) * blocks * d * len(weight_grid(d))
+
+
+def rollout_rule_scores(setup: ppo.Setup, platforms) -> np.ndarray:
+    """f64[K]: `hj.score` of the rollout rule's plan (`hetjax.env.rollout.rule_of_params`) on
+    each of the stacked `platforms`, of `config.model` (memory checked by `hj.evaluate`)."""
+    c, g = setup.config, setup.graph
+
+    def one(p):
+        params = setup.env.make_params(g, p, weights=c.weights, batches=c.batches)
+        k, blocks, _ = rule_of_params(params)
+        plan = hj.Plan.from_blocks(g, blocks, params.batches[k])
+        ref = hj.evaluate(g, p, hj.reference_plan(g))
+        return hj.score(hj.evaluate(g, p, plan), ref, c.weights)
+
+    return np.asarray(jax.jit(jax.vmap(one))(platforms), np.float64)
+
+
 def held_out_report(setup: ppo.Setup, params, key, n: int, best_of: int = 0,
                     budget: bool = False, by_model: bool = True,
                     baselines: tuple[str, ...] | None = None,
@@ -337,6 +369,11 @@ def held_out_report(setup: ppo.Setup, params, key, n: int, best_of: int = 0,
         sims = hj.baselines.simulations(c.imitation_teacher, n_batches, n_devices, **sizes)
         out["teacher"] = judge(strategy_scores(teacher, **sizes), sims, t0,
                                strategy=c.imitation_teacher, **sizes)  # fmt: skip
+    if (c.rollout or c.imitation_teacher == "rollout") and c.formats * c.codes == 1:
+        # the rule the observation's rollout groups define, alone: what the policy reads
+        t0 = time.perf_counter()
+        out["rollout_rule"] = judge(rollout_rule_scores(setup, platforms),
+                                    rollout_evaluations(setup), t0, what=ROLLOUT_RULE)  # fmt: skip
     if budget:
         curve = {"policy": [], "random_search": [], "cem": []}
         done = {**done, 0: out["policy_greedy"], best_of: out["policy"]}

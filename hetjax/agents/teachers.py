@@ -12,12 +12,14 @@ from hetjax import baselines, exact
 from hetjax.agents.ppo import (
     Setup,
     Teacher,
+    _env_params,
     quality_args,
     sample_models,
     sample_platforms,
     teacher_from_plans,
 )
 from hetjax.cost import Plan
+from hetjax.env.rollout import rule_of_params
 
 __all__ = ["make_teacher", "plan_to_actions", "exact_scores", "canonical_ties"]
 
@@ -83,8 +85,9 @@ def exact_scores(
 def make_teacher(setup: Setup, key, n: int | None = None, kind: str | None = None) -> Teacher:
     """Teacher episodes on n platforms sampled from `key` (never the held-out stream).
 
-    kind "exact": the exact score optimum of each platform; any name in
-    `hj.baselines.STRATEGIES`: that strategy's plan (the config's teacher at
+    kind "exact": the exact score optimum of each platform; "rollout": the rollout rule's plan
+    (`hetjax.env.rollout.rule_of_params`, from the environment's parameters of each platform
+    and model); any name in `hj.baselines.STRATEGIES`: that strategy's plan (the config's teacher at
     `config.imitation_sizes`, e.g. cem's population and iterations). With
     `imitation_ties="lexmin"` each plan is then replaced by the canonical one among the plans
     tied with it (`canonical_ties`), so equal situations get equal actions.
@@ -95,6 +98,14 @@ def make_teacher(setup: Setup, key, n: int | None = None, kind: str | None = Non
     platforms = sample_platforms(setup, key, n)
     models = sample_models(setup, key, n) if setup.mixed else None
     sizes = dict(c.imitation_sizes) if kind == c.imitation_teacher else {}
+    if kind == "rollout":
+        index, placement, _ = jax.jit(
+            lambda ps, ms: jax.vmap(rule_of_params)(_env_params(setup, ps, ms))
+        )(platforms, models)  # fmt: skip
+        index, placement = np.asarray(index, np.int32), np.asarray(placement, np.int32)
+        if c.imitation_ties == "lexmin":
+            placement = canonical_ties(setup, platforms, index, placement, models=models)
+        return teacher_from_plans(setup, platforms, index, placement, models)
     if kind == "exact":
         _, plans = exact_scores(setup, platforms, models=models)
     elif models is None:

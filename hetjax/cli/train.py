@@ -75,6 +75,14 @@ def train_cmd(
             "(docs/environment.md)"
         ),
     ] = False,
+    rollout: Annotated[
+        bool,
+        typer.Option(
+            help="the observation's rollout groups: the score of a whole plan completed by "
+            "dynamic programs from each device choice of the current block, and of the rollout "
+            "rule's plan at each batch (docs/environment.md)"
+        ),
+    ] = False,
     zero_shot_models: Annotated[
         str | None,
         typer.Option(
@@ -263,6 +271,7 @@ def train_cmd(
                  delta=delta, quality_budget=quality_budget,
                  batch_fit_platforms=batch_fit, d_max=d_max,
                  descriptors=descriptors, lookahead=lookahead or None,
+                 rollout=rollout or None,
                  imitation_sizes=tuple(sizes.items()) or None)  # fmt: skip
     extra = _names(models)
     # --teacher none / a baseline: the from-scratch settings; options given here still win

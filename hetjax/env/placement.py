@@ -49,6 +49,7 @@ from hetjax.env.lookahead import (
     lookahead_features,
     split_blocks,
 )
+from hetjax.env.rollout import batch_rollout_scores, chain_costs, rollout_features, weight_grid
 from hetjax.env.spaces import Box, Dict, Discrete
 from hetjax.errors import GraphError, PlanError, PlatformError
 from hetjax.formats import A_BITS, CODEC_PER_BYTE, NUM_CODES, NUM_FORMATS, SENT_PER_BYTE, W_BITS
@@ -120,6 +121,9 @@ class EnvParams:
     fmt_act: jax.Array  # f32[M, F]         largest activation bytes per sample in format q
     fmt_loss: jax.Array  # f32[M, F]        points: block j in format q
     code_loss: jax.Array  # f32[M, C]       points: block j's outputs crossing with code k
+    # `PlacementEnv(rollout=True)` (hetjax.env.rollout; zeros without it)
+    rollout_score: jax.Array  # f32[K]     the rollout rule's plan score at each batch choice
+    rollout_point: jax.Array  # f32[K, 2]  s: (T*, B*) where that batch's values are linearised
 
     @property
     def max_steps_in_episode(self) -> int:
@@ -171,12 +175,18 @@ class Observation:
 
 
 def feature_sizes(
-    num_batches: int, d_max: int, formats: int = 1, codes: int = 1, lookahead: bool = False
+    num_batches: int,
+    d_max: int,
+    formats: int = 1,
+    codes: int = 1,
+    lookahead: bool = False,
+    rollout: bool = False,
 ) -> tuple[tuple[str, int], ...]:
     """(name, size) of each group of `Observation.features`, in order (see the docs). With
     cost model 2.0's choices (formats * codes > 1) five groups follow the version-1 ones;
-    with `lookahead` the "lookahead" and "batch_lookahead" groups (`hetjax.env.lookahead`)
-    come last."""
+    with `lookahead` the "lookahead" and "batch_lookahead" groups (`hetjax.env.lookahead`),
+    then with `rollout` the "rollout" and "batch_rollout" groups (`hetjax.env.rollout`), come
+    last."""
     k, d = num_batches, d_max
     extra = ()
     if formats * codes > 1:
@@ -192,6 +202,8 @@ def feature_sizes(
             ("lookahead", LOOKAHEAD_COLUMNS * d),
             ("batch_lookahead", BATCH_LOOKAHEAD_COLUMNS * k),
         )
+    if rollout:
+        extra = extra + (("rollout", d), ("batch_rollout", k))
     return (
         # dynamic part
         ("phase", 1),
@@ -437,6 +449,10 @@ class PlacementEnv(Environment):
     # each device choice of the current block, and each batch, would do to the fluid
     # bottleneck and the estimated score)
     lookahead: bool = False
+    # append the "rollout" and "batch_rollout" feature groups (hetjax.env.rollout: the SPEC
+    # score of a whole plan completed by dynamic programs from each device choice of the current
+    # block, and of the rollout rule's plan at each batch)
+    rollout: bool = False
 
     deterministic_obs = True  # get_obs ignores its key (base.Environment.step)
 
@@ -445,7 +461,7 @@ class PlacementEnv(Environment):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 1:
                 raise PlanError(f"PlacementEnv.{f} = {v!r}: must be an integer >= 1")
-        for f in ("flat_obs", "lookahead"):
+        for f in ("flat_obs", "lookahead", "rollout"):
             if not isinstance(getattr(self, f), bool | np.bool_):
                 raise PlanError(f"PlacementEnv.{f} = {getattr(self, f)!r}: must be True or False")
         for f, most in (("formats", NUM_FORMATS), ("codes", NUM_CODES)):
@@ -510,7 +526,8 @@ class PlacementEnv(Environment):
         return a % d, (a // d) % f, a // (d * f)
 
     def _feature_sizes(self) -> tuple[tuple[str, int], ...]:
-        return feature_sizes(self.num_batches, self.d_max, self.formats, self.codes, self.lookahead)
+        return feature_sizes(self.num_batches, self.d_max, self.formats, self.codes, self.lookahead,
+                             self.rollout)  # fmt: skip
 
     @property
     def feature_layout(self) -> dict[str, slice]:
@@ -866,6 +883,16 @@ class PlacementEnv(Environment):
                 _link_descriptors(p, self.descriptors).reshape(-1),
             ]
         )
+        if self.rollout:  # the rollout rule's plan at each batch (hetjax.env.rollout)
+            chains = jax.vmap(chain_costs, in_axes=(0, None, None, None, 0, None))(
+                block_time, legal, g.block_mask, block_in, batches, p
+            )
+            rollout_score, rollout_point, _ = batch_rollout_scores(
+                chains, weight_grid(d), dmask, batches, weights,
+                (reference.latency, reference.throughput, reference.energy),
+            )  # fmt: skip
+        else:
+            rollout_score, rollout_point = jnp.zeros((k,)), jnp.zeros((k, 2))
         return EnvParams(
             graph=g, platform=p, weights=weights, batches=batches, batch_mask=batch_mask,
             reference=reference, penalty=penalty, shaping=shaping, discount=discount,
@@ -877,6 +904,8 @@ class PlacementEnv(Environment):
             static_features=static_features.astype(jnp.float32),
             delta=delta, quality_budget=quality_budget, fmt_time=fmt_time, fmt_legal=fmt_legal,
             fmt_params=fmt_params, fmt_act=fmt_act, fmt_loss=fmt_loss, code_loss=code_loss,
+            rollout_score=rollout_score.astype(jnp.float32),
+            rollout_point=rollout_point.astype(jnp.float32),
         )  # fmt: skip
 
     # -- episode --------------------------------------------------------------------------------
@@ -1232,6 +1261,27 @@ class PlacementEnv(Environment):
         on = (state.time > 0).astype(jnp.float32)
         return [block * on, batch * (1.0 - on)]
 
+    def _rollout(self, state: EnvState, params: EnvParams, j):
+        """The "rollout" and "batch_rollout" groups (`hetjax.env.rollout`) of a step at block j
+        (the first zero at the batch step, the second at block steps)."""
+        p, r, kb = params.platform, params.reference, state.batch_index
+        d, dmask = self.d_max, p.device_mask
+        b = params.batches[kb]
+        chain = chain_costs(params.block_time[kb], params.legal, params.graph.block_mask,
+                            params.block_in, b, p)  # fmt: skip
+        pair = dmask[:, None] & dmask[None, :] & ~jnp.eye(d, dtype=bool)
+        link_e = jnp.sum(jnp.where(pair, p.link_energy * state.moved, 0.0))
+        block = rollout_features(
+            chain, weight_grid(d), dmask, b, params.weights, (r.latency, r.throughput, r.energy),
+            params.rollout_point[kb], j, state.prev_device, state.elapsed, state.busy,
+            state.link_busy, link_e,
+        )  # fmt: skip
+        ok = params.batch_mask & jnp.isfinite(params.rollout_score)
+        best = jnp.max(jnp.where(ok, params.rollout_score, -jnp.inf))
+        batch = jnp.where(ok, params.rollout_score - best, 0.0)
+        on = (state.time > 0).astype(jnp.float32)
+        return [block * on, batch * (1.0 - on)]
+
     def get_obs(self, state: EnvState, params: EnvParams, key=None) -> Observation | jax.Array:
         """The observation of a state (layout: `feature_layout`, `block_feature_layout`); with
         `flat_obs`, f32[F + A]: the features, then the action mask as 0/1 (`key` is unused)."""
@@ -1328,6 +1378,8 @@ class PlacementEnv(Environment):
             ]
         if self.lookahead:
             extra += self._lookahead(state, params, j, t, x_in, legal)
+        if self.rollout:
+            extra += self._rollout(state, params, j)
         features = jnp.concatenate(
             [x.astype(f) for x in dynamic] + [params.static_features] + [x.astype(f) for x in extra]
         )
