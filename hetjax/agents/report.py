@@ -564,7 +564,8 @@ def zero_shot_report(setup: ppo.Setup, params, key, models, presets, n: int,
     three as in `held_out_report` (gaps in % of the exact optimum's score on `n` platforms
     sampled around the preset from a stream training never used; simulations per platform in
     each row). `models`: built-in names or ONNX files; `presets`: preset names with up to
-    the policy's `d_max` devices. A pair is seen
+    the policy's `d_max` devices (a run with the rollout groups or teacher also gets
+    "rollout_rule", the rule alone, as in `held_out_report`). A pair is seen
     when training drew its model (`config.model` or `config.models`) or its preset
     (`config.platform` or `config.platforms`). The policy runs in the environment sized for
     the pair's model and the trained models together (the trained padding kept, as `hetjax
@@ -585,5 +586,6 @@ def zero_shot_report(setup: ppo.Setup, params, key, models, presets, n: int,
                 "exact_wall_s": held.get("exact_wall_s"), "policy": held["policy"],
                 "policy_greedy": held["policy_greedy"], "baselines": held["baselines"],
                 **({"teacher": held["teacher"]} if "teacher" in held else {}),
+                **({"rollout_rule": held["rollout_rule"]} if "rollout_rule" in held else {}),
             })  # fmt: skip
     return out
