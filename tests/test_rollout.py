@@ -9,6 +9,7 @@ import math
 import jax
 import numpy as np
 import pytest
+from test_lookahead import _fluid_reference as _fluid  # plain-Python water filling
 
 import hetjax as hj
 from hetjax.env import PlacementEnv, feature_sizes
@@ -35,23 +36,6 @@ def test_weight_grid_is_the_documented_grid():
     for d in (1, 2, 3, 4):
         np.testing.assert_allclose(weight_grid(d), np.array(_grid_reference(d)), rtol=1e-7)
     assert weight_grid(2).shape == (27, 2) and weight_grid(4).shape == (177, 4)
-
-
-def _fluid(busy, rest, real):
-    """Plain Python water filling (bisection), at least the busiest real device."""
-    devs = [e for e in range(len(busy)) if real[e]]
-    top = max(busy[e] for e in devs)
-    work = [e for e in devs if rest[e] > 0]
-    if not work:
-        return top
-    lo, hi = 0.0, max(busy[e] for e in work) + min(rest[e] for e in work)
-    for _ in range(200):
-        mid = (lo + hi) / 2
-        if sum(max(0.0, mid - busy[e]) / rest[e] for e in work) >= 1.0:
-            hi = mid
-        else:
-            lo = mid
-    return max(hi, top)
 
 
 class _Chain:

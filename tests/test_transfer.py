@@ -318,10 +318,11 @@ def test_train_command_passes_the_zero_shot_grid(tmp_path, monkeypatch, capsys, 
     assert seen["zero_shot"] == want
 
 
-@pytest.mark.parametrize("args, want", [((), False), (("--lookahead",), True)])
-def test_train_command_passes_lookahead(tmp_path, monkeypatch, args, want):
-    """`hetjax train --lookahead` trains with the observation's lookahead group; without it
-    the config keeps the default (False)."""
+@pytest.mark.parametrize("field", ["lookahead", "rollout"])
+@pytest.mark.parametrize("given", [False, True])
+def test_train_command_passes_the_observation_groups(tmp_path, monkeypatch, field, given):
+    """`hetjax train --lookahead` / `--rollout` trains with the observation's lookahead /
+    rollout groups; without the option the config keeps the default (False)."""
     from hetjax.agents import jobs
 
     seen = {}
@@ -334,11 +335,12 @@ def test_train_command_passes_lookahead(tmp_path, monkeypatch, args, want):
         raise Stop
 
     monkeypatch.setattr(jobs, "train_job", fake)
+    args = [f"--{field}"] if given else []
     monkeypatch.setattr(sys, "argv", ["hetjax", "train", "--out", str(tmp_path / "r"), *args])
     with pytest.raises(Stop):
         cli.main()
-    assert seen["config"].lookahead is want
-    assert ppo.make_setup(seen["config"]).env.lookahead is want
+    assert getattr(seen["config"], field) is given
+    assert getattr(ppo.make_setup(seen["config"]).env, field) is given
 
 
 @pytest.mark.parametrize("finished", [False, True])

@@ -125,8 +125,8 @@ def train_cmd(
         str,
         typer.Option(
             help="exact (clone exact optima) | none (learn from scratch, the "
-            "FROM_SCRATCH settings) | a baseline name (clone its plans, then the "
-            "FROM_SCRATCH settings)"
+            "FROM_SCRATCH settings) | a baseline name or rollout (the rollout rule: clone its "
+            "plans, then the FROM_SCRATCH settings)"
         ),
     ] = "exact",
     imitation_steps: Annotated[int | None, typer.Option(help="cloning steps (0 = off)")] = None,

@@ -16,9 +16,12 @@ point of a simplex grid over the real devices) and `r` one of `RATIOS`. Each of 
 x |grid| weightings gives one completion; each completion is scored with the SPEC score of the
 chain (latency the sum of block times and transfers, bottleneck the largest busy or link time,
 energy busy and idle power plus link energy), and a device's value is its best completion's
-score. These are the values of a one-step rollout of the best of L dynamic programs (a rollout
-algorithm, Bertsekas): the action with the largest value is at least as good as following the
-dynamic programs' best plan from there.
+score. These are the values of a one-step rollout of L dynamic programs (a rollout algorithm,
+Bertsekas). The bottleneck in a value is an estimate: the largest busy time, the placed blocks'
+largest link time or the block's own input transfer (the completion's transfers are not
+carried), so the rollout algorithm's guarantee (never worse than the programs' own plan) holds
+only where no link is the bottleneck; `rule_plan` adds the links up exactly for its plan's
+score.
 
 1. "rollout" (f32[D]): at block steps, `R_d - max_e R_e` for each device d the block can go on
    (score units, <= 0; 0 for devices that cannot run it and at the batch step).
