@@ -264,9 +264,10 @@ def rollout_rule_scores(setup: ppo.Setup, platforms) -> np.ndarray:
     """f64[K]: `hj.score` of the rollout rule's plan (`hetjax.env.rollout.rule_of_params`) on
     each of the stacked `platforms`, of `config.model` (memory checked by `hj.evaluate`)."""
     c, g = setup.config, setup.graph
+    env = dataclasses.replace(setup.env, rollout=False)  # the rule runs once, here
 
     def one(p):
-        params = setup.env.make_params(g, p, weights=c.weights, batches=c.batches)
+        params = env.make_params(g, p, weights=c.weights, batches=c.batches)
         k, blocks, _ = rule_of_params(params)
         plan = hj.Plan.from_blocks(g, blocks, params.batches[k])
         ref = hj.evaluate(g, p, hj.reference_plan(g))

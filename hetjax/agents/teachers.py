@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -98,9 +99,10 @@ def make_teacher(setup: Setup, key, n: int | None = None, kind: str | None = Non
     platforms = sample_platforms(setup, key, n)
     models = sample_models(setup, key, n) if setup.mixed else None
     sizes = dict(c.imitation_sizes) if kind == c.imitation_teacher else {}
-    if kind == "rollout":
+    if kind == "rollout":  # (params without the rollout groups: the rule runs once, here)
+        plain = dataclasses.replace(setup, env=dataclasses.replace(setup.env, rollout=False))
         index, placement, _ = jax.jit(
-            lambda ps, ms: jax.vmap(rule_of_params)(_env_params(setup, ps, ms))
+            lambda ps, ms: jax.vmap(rule_of_params)(_env_params(plain, ps, ms))
         )(platforms, models)  # fmt: skip
         index, placement = np.asarray(index, np.int32), np.asarray(placement, np.int32)
         if c.imitation_ties == "lexmin":

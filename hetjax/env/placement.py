@@ -123,7 +123,6 @@ class EnvParams:
     code_loss: jax.Array  # f32[M, C]       points: block j's outputs crossing with code k
     # `PlacementEnv(rollout=True)` (hetjax.env.rollout; zeros without it)
     rollout_score: jax.Array  # f32[K]     the rollout rule's plan score at each batch choice
-    rollout_point: jax.Array  # f32[K, 2]  s: (T*, B*) where that batch's values are linearised
 
     @property
     def max_steps_in_episode(self) -> int:
@@ -887,12 +886,12 @@ class PlacementEnv(Environment):
             chains = jax.vmap(chain_costs, in_axes=(0, None, None, None, 0, None))(
                 block_time, legal, g.block_mask, block_in, batches, p
             )
-            rollout_score, rollout_point, _ = batch_rollout_scores(
+            rollout_score, _ = batch_rollout_scores(
                 chains, weight_grid(d), dmask, batches, weights,
                 (reference.latency, reference.throughput, reference.energy),
             )  # fmt: skip
         else:
-            rollout_score, rollout_point = jnp.zeros((k,)), jnp.zeros((k, 2))
+            rollout_score = jnp.zeros((k,))
         return EnvParams(
             graph=g, platform=p, weights=weights, batches=batches, batch_mask=batch_mask,
             reference=reference, penalty=penalty, shaping=shaping, discount=discount,
@@ -905,7 +904,6 @@ class PlacementEnv(Environment):
             delta=delta, quality_budget=quality_budget, fmt_time=fmt_time, fmt_legal=fmt_legal,
             fmt_params=fmt_params, fmt_act=fmt_act, fmt_loss=fmt_loss, code_loss=code_loss,
             rollout_score=rollout_score.astype(jnp.float32),
-            rollout_point=rollout_point.astype(jnp.float32),
         )  # fmt: skip
 
     # -- episode --------------------------------------------------------------------------------
@@ -1273,8 +1271,7 @@ class PlacementEnv(Environment):
         link_e = jnp.sum(jnp.where(pair, p.link_energy * state.moved, 0.0))
         block = rollout_features(
             chain, weight_grid(d), dmask, b, params.weights, (r.latency, r.throughput, r.energy),
-            params.rollout_point[kb], j, state.prev_device, state.elapsed, state.busy,
-            state.link_busy, link_e,
+            j, state.prev_device, state.elapsed, state.busy, state.link_busy, link_e,
         )  # fmt: skip
         ok = params.batch_mask & jnp.isfinite(params.rollout_score)
         best = jnp.max(jnp.where(ok, params.rollout_score, -jnp.inf))

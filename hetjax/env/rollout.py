@@ -208,7 +208,6 @@ def _values(chain: Chain, comp: Completions, j, prev, elapsed, busy, link_max, l
     (placed blocks, block j on d, weighting l's completion); -inf where d cannot run block j.
     The prefix: `prev` int32[] the device of block j - 1 (-1 at the first block), `elapsed` s,
     `busy` f32[D] s, `link_max` s (its largest link time), `link_e` J (its link energy)."""
-    d = chain.dur.shape[1]
     into = jnp.where(prev >= 0, chain.xfer[j, jnp.maximum(prev, 0)], 0.0)  # [D] s
     into_e = jnp.where(prev >= 0, chain.link_e[j, jnp.maximum(prev, 0)], 0.0)  # [D] J
     latency = elapsed + into[None, :] + comp.latency  # [L, D]
@@ -219,16 +218,16 @@ def _values(chain: Chain, comp: Completions, j, prev, elapsed, busy, link_max, l
     score = _score(latency, bneck, energy, batch, weights, reference)
     ok = jnp.isfinite(chain.dur[j]) & real
     score = jnp.where(jnp.isfinite(score), score, -jnp.inf)
-    del d
     return jnp.where(ok, jnp.max(score, axis=0), -jnp.inf)
 
 
-def rollout_features(chain: Chain, grid, real, batch, weights, reference, point, j, prev, elapsed,
-                     busy, link_busy, link_e) -> jax.Array:  # fmt: skip
+def rollout_features(chain: Chain, grid, real, batch, weights, reference, j, prev, elapsed, busy,
+                     link_busy, link_e) -> jax.Array:  # fmt: skip
     """f32[D], the "rollout" group at block j: `R_d - max_e R_e` for each device d that can run
     the block, 0 elsewhere (module docstring). The placed blocks: `prev` int32[] (device of
     block j - 1, -1 before the first), `elapsed` f32[] s, `busy` f32[D] s, `link_busy` f32[D, D]
     s, `link_e` f32[] J (their link energy)."""
+    point = fluid_point(chain, real)
     comp = completions(chain, grid, real, batch, weights, reference, point, j)
     r = _values(chain, comp, j, prev, elapsed, busy, jnp.max(link_busy), link_e, real, batch,
                 weights, reference)  # fmt: skip
@@ -275,30 +274,25 @@ def rule_plan(chain: Chain, grid, real, batch, weights, reference, point):
     return jnp.where(jnp.isfinite(s), s, -jnp.inf), elapsed, bneck, placement
 
 
-def batch_rollout_scores(chains: Chain, grid, real, batches, weights, reference, passes=1):
-    """(scores f32[K], points f32[K, 2], placements int32[K, M]): for each batch choice k
-    (`chains` stacked on a leading K axis, `batches` f32[K] samples), the score and plan of
-    the rollout rule (`rule_plan`) and the point (T*, B*) s its values are linearised at: the
-    fluid estimate (`fluid_point`) in the first of `passes`, then the previous pass's plan's
-    latency and bottleneck (a second pass did not help on bert-base around `edge`, `soc` and
-    `host3`: 1.02, 0.97 and 0.91% below the exact optimum with one, 1.02, 0.97 and 1.48% with
-    two). Pure, vmappable."""
+def batch_rollout_scores(chains: Chain, grid, real, batches, weights, reference):
+    """(scores f32[K], placements int32[K, M]): for each batch choice k (`chains` stacked on a
+    leading K axis, `batches` f32[K] samples), the score and plan of the rollout rule
+    (`rule_plan`), linearised at the batch's fluid estimate (`fluid_point`). A second pass
+    linearised at the first pass's plan did not help on bert-base around `edge`, `soc` and
+    `host3` (1.02, 0.97 and 0.91% below the exact optimum with one pass, 1.02, 0.97 and 1.48%
+    with two). Pure, vmappable."""
 
     def one(chain, batch):
         point = fluid_point(chain, real)
-        for i in range(passes):
-            score, lat, bneck, plan = rule_plan(chain, grid, real, batch, weights, reference,
-                                                point)  # fmt: skip
-            if i + 1 < passes:
-                ok = jnp.isfinite(score) & (lat > 0) & (bneck > 0)
-                point = jnp.where(ok, jnp.stack([lat, bneck]), point)
-        return score, point, plan
+        score, _, _, plan = rule_plan(chain, grid, real, batch, weights, reference, point)
+        return score, plan
 
     return jax.vmap(one)(chains, batches)
 
 
 def rule_of_params(params):
-    """The rollout rule on an environment's parameters (`PlacementEnv.make_params`, any env):
+    """The rollout rule on an environment's parameters (`PlacementEnv.make_params`, any env; one
+    without the rollout groups does not compute the rule's plans a first time):
     (batch index int32[], block placement int32[M], its score f32[] by the chain formulas) of
     the best allowed batch. Pure, vmappable; `hj.evaluate` the plan for the score with memory
     checked."""
@@ -307,7 +301,7 @@ def rule_of_params(params):
         params.block_time, params.legal, params.graph.block_mask, params.block_in,
         params.batches, p,
     )  # fmt: skip
-    scores, _, plans = batch_rollout_scores(
+    scores, plans = batch_rollout_scores(
         chains, weight_grid(p.device_mask.shape[-1]), p.device_mask, params.batches,
         params.weights, (r.latency, r.throughput, r.energy),
     )  # fmt: skip
