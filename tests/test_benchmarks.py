@@ -8,7 +8,17 @@ import argparse
 import pytest
 from load_script import ROOT, load_script
 
-NAMES = ["cli_cache", "clone_compile", "cost", "env", "env_params", "exact_many", "sweep", "train"]
+NAMES = [
+    "cli_cache",
+    "clone_compile",
+    "cost",
+    "env",
+    "env_params",
+    "env_rollout",
+    "exact_many",
+    "sweep",
+    "train",
+]
 
 
 @pytest.mark.parametrize("name", NAMES)

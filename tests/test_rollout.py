@@ -312,3 +312,82 @@ def test_the_device_encoder_adds_its_rollout_values_to_the_logits():
         want = ROLLOUT_SCALE * np.asarray(obs.features[lay[group]])[legal]
         np.testing.assert_allclose(diff, want, rtol=1e-4, atol=1e-4)
         assert float(value) == float(value_off)
+
+
+def test_the_episode_cache_is_filled_at_the_batch_step_also_out_of_lockstep():
+    """`EnvState.completions` is filled at the batch step (a loop of 0 or 1 trips, so that
+    vmapped environments in lockstep fill it once per episode): environments stepped out of
+    lockstep under vmap (each at another step of its episode, different batches) see exactly
+    the groups each sees alone, and a state without the cache (None) computes them per step."""
+    g = hj.graphs.transformer("bert-tiny", seq_len=16)
+    base = hj.hardware.preset("host3")
+    env = PlacementEnv.sized_for([g], [base], rollout=True)
+    lay = env.feature_layout["rollout"]
+    plats = hj.hardware.sample(jax.random.key(7), 3, base)
+    params = jax.vmap(env.make_params, in_axes=(None, 0))(g, plats)
+    n_blocks = int(np.asarray(params.num_blocks)[0])
+    rng = np.random.default_rng(0)
+    # per environment: a batch, then random devices; environment i starts i steps late
+    k = env.num_batches
+    plans = [[int(rng.integers(k))] + [int(x) for x in rng.integers(base.d_max, size=n_blocks)]
+             for _ in range(3)]  # fmt: skip
+    alone = []
+    step1 = jax.jit(env.step)
+    for i in range(3):
+        p = jax.tree.map(lambda x, i=i: x[i], params)
+        obs, state = env.reset(KEY, p)
+        seen = []
+        for a in plans[i]:
+            obs, state, *_ = step1(KEY, state, a, p)
+            seen.append(np.asarray(obs.features[lay]))
+        alone.append(seen)
+    stepv = jax.jit(jax.vmap(env.step))
+    obs, state = jax.vmap(env.reset)(jax.random.split(KEY, 3), params)
+    length = len(plans[0])
+    for t in range(length + 2):
+        idx = [t - i for i in range(3)]  # environment i is at step t - i of its plan
+        acts = [plans[i][s] if 0 <= s < length else 0 for i, s in enumerate(idx)]
+        live = np.array([0 <= s < length for s in idx])
+        keys = jax.random.split(KEY, 3)
+        nxt_obs, nxt_state, *_ = stepv(keys, state, np.asarray(acts, np.int32), params)
+        # environments not started yet stay at their fresh state
+        keep = live.copy()
+        state = jax.tree.map(
+            lambda a, b, keep=keep: np.where(keep.reshape((-1,) + (1,) * (a.ndim - 1)), a, b),
+            nxt_state, state,
+        )  # fmt: skip
+        feats = np.asarray(nxt_obs.features[:, lay])
+        for i, s in enumerate(idx):
+            if 0 <= s < length:
+                np.testing.assert_array_equal(feats[i], alone[i][s])
+    # a state built without the cache: the groups computed at the step itself
+    p = jax.tree.map(lambda x: x[0], params)
+    obs, state = env.reset(KEY, p)
+    obs, state, *_ = step1(KEY, state, plans[0][0], p)
+    obs, state, *_ = step1(KEY, state, plans[0][1], p)
+    bare = state.replace(completions=None)
+    np.testing.assert_allclose(np.asarray(env.get_obs(bare, p).features[lay]),
+                               np.asarray(obs.features[lay]), rtol=1e-6, atol=1e-7)  # fmt: skip
+
+
+def test_completions_of_one_block_are_the_rows_of_all():
+    """`completions(..., select=j)` is row j of `completions_all` (one reverse scan each),
+    with the weighting last."""
+    from hetjax.env import rollout as ro
+
+    g = hj.graphs.transformer("bert-tiny", seq_len=16)
+    base = hj.hardware.preset("host3")
+    env = PlacementEnv.sized_for([g], [base], rollout=True)
+    params = env.make_params(g, base)
+    r, p = params.reference, params.platform
+    ch = ro.chain_costs(params.block_time[0], params.legal, params.graph.block_mask,
+                        params.block_in, params.batches[0], p)  # fmt: skip
+    args = (ch, weight_grid(env.d_max), p.device_mask, params.batches[0], params.weights,
+            (r.latency, r.throughput, r.energy), ro.fluid_point(ch, p.device_mask))  # fmt: skip
+    every = jax.jit(ro.completions_all)(*args)
+    n_l = len(weight_grid(env.d_max))
+    assert every.busy.shape == (env.m_max, env.d_max, env.d_max, n_l)
+    one = jax.jit(ro.completions)
+    for j in (0, 3, env.m_max - 1):
+        for a, b in zip(one(*args, j), every, strict=True):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b)[j])

@@ -49,7 +49,14 @@ from hetjax.env.lookahead import (
     lookahead_features,
     split_blocks,
 )
-from hetjax.env.rollout import batch_rollout_scores, chain_costs, rollout_features, weight_grid
+from hetjax.env.rollout import (
+    Completions,
+    batch_rollout_scores,
+    chain_costs,
+    episode_completions,
+    rollout_features,
+    weight_grid,
+)
 from hetjax.env.spaces import Box, Dict, Discrete
 from hetjax.errors import GraphError, PlanError, PlatformError
 from hetjax.formats import A_BITS, CODEC_PER_BYTE, NUM_CODES, NUM_FORMATS, SENT_PER_BYTE, W_BITS
@@ -157,6 +164,10 @@ class EnvState:
     code: jax.Array  # int32[M]         transfer code of each placed block
     quality: jax.Array  # f32[]         points of quality loss so far
     charged: jax.Array  # bool[M]       block's code loss charged (an output crossed)
+    # `PlacementEnv(rollout=True)`: the episode's `rollout.episode_completions` at the chosen
+    # batch (latency f32[M, D, L] s, busy f32[M, D, D, L] s, link_e f32[M, D, L] J), computed
+    # at the batch step and read at every block step; scratch before it. None without rollout
+    completions: Completions | None = None
 
 
 @struct.dataclass
@@ -919,7 +930,7 @@ class PlacementEnv(Environment):
     def auto_reset(self, key: jax.Array, state: EnvState, params: EnvParams) -> EnvState:
         """A fresh episode that keeps the scratch schedule buffers (they need no clearing)."""
         del key
-        return self._fresh(params).replace(sched=state.sched)
+        return self._fresh(params).replace(sched=state.sched, completions=state.completions)
 
     def _fresh(self, params: EnvParams) -> EnvState:
         d, m = self.d_max, self.m_max
@@ -935,7 +946,40 @@ class PlacementEnv(Environment):
             potential=z, episode_return=z,
             fmt=jnp.zeros((m,), jnp.int32), code=jnp.zeros((m,), jnp.int32), quality=z,
             charged=jnp.zeros((m,), bool),
+            completions=self._no_completions() if self.rollout else None,
         )  # fmt: skip
+
+    def _no_completions(self) -> Completions:
+        """Zeros of the rollout cache's shapes (scratch until the batch step fills it)."""
+        m, d = self.m_max, self.d_max
+        n_l = weight_grid(d).shape[0]
+        return Completions(jnp.zeros((m, d, n_l)), jnp.zeros((m, d, d, n_l)),
+                           jnp.zeros((m, d, n_l)))  # fmt: skip
+
+    def _episode_completions(self, need, state: EnvState, params: EnvParams) -> Completions:
+        """The rollout cache of `state`'s batch where `need` (bool[]), else `state`'s as it is.
+
+        A loop of `need` (0 or 1) trips rather than a `lax.cond`: under `jax.vmap` a cond on a
+        batched predicate runs its branch for every environment at every step, while a batched
+        loop runs its body only while some environment needs it, so environments that step in
+        lockstep (one episode each, as the trainer rolls them out) compute the cache once per
+        episode, at the batch step."""
+        kb, p, r = state.batch_index, params.platform, params.reference
+        ref = (r.latency, r.throughput, r.energy)
+        inputs = (params.block_time[kb], params.legal, params.graph.block_mask, params.block_in,
+                  params.batches[kb], p, params.weights, ref)  # fmt: skip
+
+        def fill(i, old):
+            # the barrier ties the body's inputs to the trip counter, so that XLA's loop
+            # invariant code motion does not hoist the computation out of the loop
+            _, (time, legal, blocks, block_in, b, p, weights, ref) = jax.lax.optimization_barrier(
+                (i, inputs)
+            )
+            chain = chain_costs(time, legal, blocks, block_in, b, p)
+            return episode_completions(chain, weight_grid(self.d_max), p.device_mask, b,
+                                       weights, ref)  # fmt: skip
+
+        return jax.lax.fori_loop(0, need.astype(jnp.int32), fill, state.completions)
 
     def action_mask(self, state: EnvState, params: EnvParams) -> jax.Array:
         """bool[A]: legal actions. Batch step: allowed batch choices. Block step: real devices
@@ -1045,12 +1089,14 @@ class PlacementEnv(Environment):
         chosen = state.replace(time=jnp.ones((), jnp.int32), batch_index=k_new)
         # the schedule buffers always come from the block simulation (at the batch step it wrote
         # only rows of block 0, which are rewritten when block 0 is placed)
-        buffers = ("sched",)
+        buffers = ("sched", "completions")
         new = jax.tree.map(
             lambda c, p: jnp.where(batch_step, c, p),
             chosen.replace(**{f: None for f in buffers}),
             placed.replace(**{f: None for f in buffers}),
         ).replace(**{f: getattr(placed, f) for f in buffers})
+        if self.rollout:  # the episode's rollout completions, at the batch step only
+            new = new.replace(completions=self._episode_completions(batch_step, new, params))
 
         complete = ~batch_step & valid & (j == params.num_blocks - 1)
         terminated = complete | ~valid
@@ -1272,6 +1318,7 @@ class PlacementEnv(Environment):
         block = rollout_features(
             chain, weight_grid(d), dmask, b, params.weights, (r.latency, r.throughput, r.energy),
             j, state.prev_device, state.elapsed, state.busy, state.link_busy, link_e,
+            every=state.completions,
         )  # fmt: skip
         ok = params.batch_mask & jnp.isfinite(params.rollout_score)
         best = jnp.max(jnp.where(ok, params.rollout_score, -jnp.inf))

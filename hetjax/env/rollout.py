@@ -50,8 +50,8 @@ import numpy as np
 from hetjax.env.lookahead import fluid_bottleneck, split_blocks
 
 __all__ = ["RATIOS", "Chain", "Completions", "batch_rollout_scores", "chain_costs", "completions",
-           "fluid_point", "rollout_features", "rule_of_params", "rule_plan",
-           "weight_grid"]  # fmt: skip
+           "completions_all", "episode_completions", "fluid_point", "rollout_features",
+           "rule_of_params", "rule_plan", "weight_grid"]  # fmt: skip
 
 RATIOS = (0.25, 1.0, 4.0)  # weights of the bottleneck term against the latency and energy terms
 _TINY = 1e-30
@@ -109,12 +109,13 @@ def chain_costs(block_time, legal, blocks, block_in, batch, platform) -> Chain:
 
 
 class Completions(NamedTuple):
-    """For a block j, each weighting l and each device d of block j: the totals of blocks j to
-    the end when block j is on d and the later blocks follow weighting l's dynamic program."""
+    """For a block j, each device d of block j and each weighting l: the totals of blocks j to
+    the end when block j is on d and the later blocks follow weighting l's dynamic program.
+    The weighting is the last axis (it is the long one: contiguous rows vectorise on CPU)."""
 
-    latency: jax.Array  # f32[L, D]    s: block times and the transfers between them
-    busy: jax.Array  # f32[L, D, D]    s: busy time per device (last axis)
-    link_e: jax.Array  # f32[L, D]     J: link energy of those transfers
+    latency: jax.Array  # f32[D, L]    s: block times and the transfers between them
+    busy: jax.Array  # f32[D, D, L]    s: busy time per device (middle axis)
+    link_e: jax.Array  # f32[D, L]     J: link energy of those transfers
 
 
 def fluid_point(chain: Chain, real) -> jax.Array:
@@ -146,50 +147,73 @@ def _weights(grid, real):
     return lam * jnp.where(kept > 0, total / jnp.maximum(kept, _TINY), 0.0)[:, None]
 
 
-def completions(chain: Chain, grid, real, batch, weights, reference, point, select) -> Completions:
-    """The `Completions` of block `select` (int32[]): weighting l's dynamic program is the
-    least-cost placement of blocks j + 1 .. M - 1 given block j's device under the linear
-    surrogate of the module docstring (`grid` f32[L, D] from `weight_grid`, `real` bool[D],
-    `batch` f32[] samples, `weights` f32[3], `reference` (latency s, throughput samples/s,
-    energy J) of the SPEC reference plan, `point` f32[2] (T*, B*) s where the score is
-    linearised). One reverse scan over the blocks."""
+def completions_all(chain: Chain, grid, real, batch, weights, reference, point) -> Completions:
+    """The `Completions` of every block at once, stacked on a leading M axis (f32[M, D, L],
+    f32[M, D, D, L], f32[M, D, L]): weighting l's dynamic program is the least-cost placement
+    of blocks j + 1 .. M - 1 given block j's device under the linear surrogate of the module
+    docstring (`grid` f32[L, D] from `weight_grid`, `real` bool[D], `batch` f32[] samples,
+    `weights` f32[3], `reference` (latency s, throughput samples/s, energy J) of the SPEC
+    reference plan, `point` f32[2] (T*, B*) s where the score is linearised). The completions
+    depend only on the batch, not on the placed blocks, so one reverse scan over the blocks
+    serves a whole episode (`PlacementEnv(rollout=True)` computes it once, at the batch step)."""
     a_t, a_b, a_e = _coefficients(point, batch, weights, reference)
-    lam = _weights(jnp.asarray(grid, chain.dur.dtype), real)
+    lam = _weights(jnp.asarray(grid, chain.dur.dtype), real).T  # [D, L]
     m, d = chain.dur.shape
-    n_l = lam.shape[0]
+    n_l = lam.shape[1]
     eye = jnp.eye(d, dtype=bool)
     legal = jnp.isfinite(chain.dur)
     safe = jnp.where(legal, chain.dur, 0.0)
     per_s = a_t + a_e * (chain.idle + chain.rate)  # [D] cost per second of block time
-    own = per_s[None, None, :] * safe[None] + a_b * lam[:, None, :] * safe[None]  # [L, M, D]
-    own = jnp.where(legal[None], own, jnp.inf)
+    own = (per_s[None, :] * safe)[..., None] + a_b * lam[None] * safe[..., None]  # [M, D, L]
+    own = jnp.where(legal[..., None], own, jnp.inf)
     step = (a_t + a_e * chain.idle) * chain.xfer + a_e * chain.link_e  # [M, D, D]
 
-    def alone(j):  # block j's own part: value and totals [L, D ...]
+    def alone(j):  # block j's own part: value and totals [D, ... L]
         busy = jnp.where(eye, safe[j][:, None], 0.0)  # [D (device of j), D]
-        return (own[:, j], jnp.broadcast_to(safe[j], (n_l, d)),
-                jnp.broadcast_to(busy, (n_l, d, d)), jnp.zeros((n_l, d), safe.dtype))  # fmt: skip
+        return (own[j], jnp.broadcast_to(safe[j][:, None], (d, n_l)),
+                jnp.broadcast_to(busy[..., None], (d, d, n_l)),
+                jnp.zeros((d, n_l), safe.dtype))  # fmt: skip
 
     def body(carry, j):
-        (value, lat, busy, le), sel = carry  # totals from block j + 1, per its device
-        tot = step[j + 1][None] + value[:, None, :]  # [L, D (block j), D (block j + 1)]
-        nxt = jnp.argmin(tot, axis=2)  # [L, D]
-        to = nxt[..., None]
-        x = jnp.take_along_axis(jnp.broadcast_to(chain.xfer[j + 1], (n_l, d, d)), to, 2)
-        e = jnp.take_along_axis(jnp.broadcast_to(chain.link_e[j + 1], (n_l, d, d)), to, 2)
+        value, lat, busy, le = carry  # totals from block j + 1, per its device
+        tot = step[j + 1][..., None] + value[None]  # [D (block j), D (block j + 1), L]
+        # block j + 1's device per (device of j, l); the totals it picks are sums of masked
+        # terms, one per device (exact: one term, the rest + 0), unrolled over the few devices
+        # so that each is one elementwise loop over contiguous rows of weightings
+        nxt = jnp.argmin(tot, axis=1)  # [D, L]
+
+        def sel(a, per_pair=None):  # a[e, ..., l] at e = block j + 1's device: [D, ..., L]
+            out = 0.0
+            for e in range(d):
+                hit = nxt == e  # [D, L]
+                if per_pair is not None:  # a [D, D] of (device of j, device of j + 1)
+                    out = out + jnp.where(hit, per_pair[:, e][:, None], 0.0)
+                else:
+                    hit = hit.reshape(hit.shape[:1] + (1,) * (a.ndim - 2) + hit.shape[1:])
+                    out = out + jnp.where(hit, a[e][None], 0.0)
+            return out
+
         v0, t0, b0, e0 = alone(j)
         new = (
-            v0 + jnp.min(tot, axis=2),
-            t0 + x[..., 0] + jnp.take_along_axis(lat, nxt, 1),
-            b0 + jnp.take_along_axis(busy, nxt[..., None], 1),
-            e0 + e[..., 0] + jnp.take_along_axis(le, nxt, 1),
+            v0 + jnp.min(tot, axis=1),
+            t0 + sel(None, chain.xfer[j + 1]) + sel(lat),
+            b0 + sel(busy),
+            e0 + sel(None, chain.link_e[j + 1]) + sel(le),
         )
-        sel = jax.tree.map(lambda a, b: jnp.where(j == select, a, b), new, sel)
-        return (new, sel), None
+        return new, new[1:]
 
     last = alone(m - 1)
-    (_, sel), _ = jax.lax.scan(body, (last, last), jnp.arange(m - 2, -1, -1))
-    return Completions(*sel[1:])
+    _, every = jax.lax.scan(body, last, jnp.arange(m - 1), reverse=True)  # blocks 0 .. M - 2
+    return Completions(
+        *(jnp.concatenate([a, b[None]]) for a, b in zip(every, last[1:], strict=True))
+    )
+
+
+def completions(chain: Chain, grid, real, batch, weights, reference, point, select) -> Completions:
+    """The `Completions` of block `select` (int32[]): `completions_all`'s row (arguments as
+    there). One reverse scan over the blocks."""
+    every = completions_all(chain, grid, real, batch, weights, reference, point)
+    return jax.tree.map(lambda a: a[select], every)
 
 
 def _score(latency, bottleneck, energy, batch, weights, reference):
@@ -210,25 +234,35 @@ def _values(chain: Chain, comp: Completions, j, prev, elapsed, busy, link_max, l
     `busy` f32[D] s, `link_max` s (its largest link time), `link_e` J (its link energy)."""
     into = jnp.where(prev >= 0, chain.xfer[j, jnp.maximum(prev, 0)], 0.0)  # [D] s
     into_e = jnp.where(prev >= 0, chain.link_e[j, jnp.maximum(prev, 0)], 0.0)  # [D] J
-    latency = elapsed + into[None, :] + comp.latency  # [L, D]
-    final = busy[None, None, :] + comp.busy  # [L, D, D]
-    bneck = jnp.maximum(jnp.max(jnp.where(real, final, 0.0), axis=2), jnp.maximum(link_max, into))
-    energy = (chain.idle * latency + jnp.sum(chain.rate * final, axis=2) + link_e
-              + into_e[None, :] + comp.link_e)  # fmt: skip
+    latency = elapsed + into[:, None] + comp.latency  # [D, L]
+    final = busy[None, :, None] + comp.busy  # [D, D, L]
+    most = jnp.max(jnp.where(real[None, :, None], final, 0.0), axis=1)  # [D, L]
+    bneck = jnp.maximum(most, jnp.maximum(link_max, into)[:, None])
+    energy = (chain.idle * latency + jnp.sum(chain.rate[None, :, None] * final, axis=1) + link_e
+              + into_e[:, None] + comp.link_e)  # fmt: skip
     score = _score(latency, bneck, energy, batch, weights, reference)
     ok = jnp.isfinite(chain.dur[j]) & real
     score = jnp.where(jnp.isfinite(score), score, -jnp.inf)
-    return jnp.where(ok, jnp.max(score, axis=0), -jnp.inf)
+    return jnp.where(ok, jnp.max(score, axis=1), -jnp.inf)
+
+
+def episode_completions(chain: Chain, grid, real, batch, weights, reference) -> Completions:
+    """`completions_all` linearised at the batch's fluid estimate (`fluid_point`): what the
+    rollout values of a whole episode at this batch read (arguments as `completions_all`)."""
+    point = fluid_point(chain, real)
+    return completions_all(chain, grid, real, batch, weights, reference, point)
 
 
 def rollout_features(chain: Chain, grid, real, batch, weights, reference, j, prev, elapsed, busy,
-                     link_busy, link_e) -> jax.Array:  # fmt: skip
+                     link_busy, link_e, every: Completions | None = None) -> jax.Array:  # fmt: skip
     """f32[D], the "rollout" group at block j: `R_d - max_e R_e` for each device d that can run
     the block, 0 elsewhere (module docstring). The placed blocks: `prev` int32[] (device of
     block j - 1, -1 before the first), `elapsed` f32[] s, `busy` f32[D] s, `link_busy` f32[D, D]
-    s, `link_e` f32[] J (their link energy)."""
-    point = fluid_point(chain, real)
-    comp = completions(chain, grid, real, batch, weights, reference, point, j)
+    s, `link_e` f32[] J (their link energy). `every`: the episode's `episode_completions` if
+    already computed (None: computed here, one reverse scan over the blocks)."""
+    if every is None:
+        every = episode_completions(chain, grid, real, batch, weights, reference)
+    comp = jax.tree.map(lambda a: a[j], every)
     r = _values(chain, comp, j, prev, elapsed, busy, jnp.max(link_busy), link_e, real, batch,
                 weights, reference)  # fmt: skip
     ok = jnp.isfinite(r)
@@ -240,13 +274,14 @@ def rule_plan(chain: Chain, grid, real, batch, weights, reference, point):
     """The plan that the rollout rule builds from the empty plan at one batch: block by block,
     the device of the largest R_d (`rollout_features`' values, linearised at `point` (T*, B*)
     s). Returns (score f32[], latency s, bottleneck s, placement int32[M]) by the chain
-    formulas. One reverse scan per block."""
+    formulas. One reverse scan over the blocks (`completions_all`), then one forward."""
     m, d = chain.dur.shape
     live_blocks = jnp.any(chain.dur > 0, axis=1)  # real blocks (padding costs 0 everywhere)
+    every = completions_all(chain, grid, real, batch, weights, reference, point)
 
     def body(carry, j):
         prev, elapsed, busy, link_busy, link_e = carry
-        comp = completions(chain, grid, real, batch, weights, reference, point, j)
+        comp = jax.tree.map(lambda a: a[j], every)
         r = _values(chain, comp, j, prev, elapsed, busy, jnp.max(link_busy), link_e, real,
                     batch, weights, reference)  # fmt: skip
         dev = jnp.argmax(r).astype(jnp.int32)
