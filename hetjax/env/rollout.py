@@ -30,6 +30,11 @@ score.
    the largest R_d" builds from the empty plan at batch k (`batch_rollout_scores`, computed once
    per platform in `PlacementEnv.make_params`); 0 at block steps and for batches not allowed.
 
+The completions depend only on the batch, not on the placed blocks: `completions_all` computes
+those of every block in one reverse scan, which `PlacementEnv(rollout=True)` runs once per
+episode, at the batch step (`EnvState.completions`), so that a block step only scores its row
+against the placed blocks.
+
 The chain formulas are exact for chain graphs at block granularity (the built-in Transformers);
 on graphs with parallel branches they are an estimate like the lookahead's. Memory is not
 checked (the environment masks the moves that would overflow it), and the block times are FP16's
