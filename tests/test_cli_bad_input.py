@@ -137,6 +137,8 @@ CASES = [
     (["train", "--platforms", "datacenter,nope"], ["--platforms", "nope"]),
     (["train", "--platforms", "edge"], ["platforms", "edge"]),
     (["train", "--d-max", "0"], ["--d-max", "0"]),
+    (["train", "--correction", "-1"], ["--correction", "-1"]),
+    (["train", "--correction", "1", "--rollout"], ["--correction 1.0", "--encoder device"]),
     (["train", "--platforms", "datacenter,host4"], ["--platforms", "host4", "--d-max 3"]),
     (["train", "--platform", "datacenter4", "--d-max", "2"], ["--platform", "datacenter4"]),
     (["train", "--zero-shot-models", "vit-b16"], ["--zero-shot-models", "vit-b16"]),

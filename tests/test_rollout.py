@@ -314,6 +314,57 @@ def test_the_device_encoder_adds_its_rollout_values_to_the_logits():
         assert float(value) == float(value_off)
 
 
+def test_a_bounded_correction_keeps_the_rule_s_clear_choices():
+    """`DeviceActorCritic(correction=c)`: what the network adds to the rollout rule's logits
+    lies in [-c, c] at every step (tested with large random weights, whose unbounded
+    corrections exceed 2c), so the greedy choice is the rule's wherever its best value leads
+    the next by more than 2c / ROLLOUT_SCALE; c = 0 is the unbounded network, bit for bit."""
+    from hetjax.agents.device_net import ROLLOUT_SCALE, DeviceActorCritic
+    from hetjax.env import block_feature_sizes
+
+    g = hj.graphs.transformer("bert-tiny", seq_len=16)
+    base = hj.hardware.preset("host3")
+    env = PlacementEnv.sized_for([g], [base], d_max=4, rollout=True)
+    sizes = feature_sizes(env.num_batches, env.d_max, rollout=True), block_feature_sizes(4)
+    params = env.make_params(g, base)
+    obs0, state = env.reset(KEY, params)
+    free = DeviceActorCritic(*sizes, 16, 16)
+    variables = free.init(KEY, obs0)
+    variables = jax.tree.map(lambda x: 30.0 * x, variables)  # large corrections
+    variables["params"]["rollout_scale"] = np.full(2, ROLLOUT_SCALE, np.float32)
+    off = jax.tree.map(lambda x: x, variables)
+    off["params"]["rollout_scale"] = np.zeros(2, np.float32)
+    c = 0.5
+    bounded = DeviceActorCritic(*sizes, 16, 16, correction=c)
+    lay = env.feature_layout
+    obs1, *_ = env.step(KEY, state, 0, params)
+    grew = 0.0
+    for obs, group, n in ((obs0, "batch_rollout", env.num_batches), (obs1, "rollout", 4)):
+        legal = np.asarray(obs.action_mask)[:n]
+        net_only = np.asarray(bounded.apply(off, obs)[0])[:n][legal]
+        assert np.all(np.abs(net_only) <= c)
+        grew = max(grew, float(np.abs(np.asarray(free.apply(off, obs)[0])[:n][legal]).max()))
+        logits = np.asarray(bounded.apply(variables, obs)[0])[:n][legal]
+        rule = ROLLOUT_SCALE * np.asarray(obs.features[lay[group]])[legal]
+        np.testing.assert_allclose(logits - net_only, rule, rtol=1e-4, atol=1e-4)
+        zero = DeviceActorCritic(*sizes, 16, 16, correction=0.0)
+        np.testing.assert_array_equal(zero.apply(variables, obs)[0], free.apply(variables, obs)[0])
+        # rule values whose best leads by just over 2c / ROLLOUT_SCALE, best on each choice
+        at = np.flatnonzero(legal)
+        for best in at:
+            v = np.where(legal, -0.5, 0.0).astype(np.float32)
+            v[at] = -np.linspace(0.0, 0.3, len(at)) - 2.02 * c / ROLLOUT_SCALE
+            v[best] = 0.0
+            f = obs.features.at[lay[group]].set(v[: lay[group].stop - lay[group].start])
+            got = np.asarray(bounded.apply(variables, obs.replace(features=f))[0])[:n]
+            assert np.argmax(np.where(legal, got, -np.inf)) == best
+    assert grew > 2 * c  # unbounded, the corrections would overturn such leads
+    from hetjax.agents import ppo
+
+    with pytest.raises(hj.PlanError, match="PPOConfig.correction = 1.0"):
+        ppo.PPOConfig(encoder="device", correction=1.0)
+
+
 def test_the_episode_cache_is_filled_at_the_batch_step_also_out_of_lockstep():
     """`EnvState.completions` is filled at the batch step (a loop of 0 or 1 trips, so that
     vmapped environments in lockstep fill it once per episode): environments stepped out of

@@ -343,6 +343,30 @@ def test_train_command_passes_the_observation_groups(tmp_path, monkeypatch, fiel
     assert getattr(ppo.make_setup(seen["config"]).env, field) is given
 
 
+def test_train_command_passes_the_correction_bound(tmp_path, monkeypatch):
+    """`hetjax train --rollout --encoder device --correction C` bounds the network's
+    corrections to the rollout rule by C; without the option they are unbounded (0)."""
+    from hetjax.agents import jobs
+
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def fake(config, out, **kw):
+        seen.append(config)
+        raise Stop
+
+    monkeypatch.setattr(jobs, "train_job", fake)
+    for extra in (["--correction", "1.5"], []):
+        args = ["--rollout", "--encoder", "device", *extra]
+        monkeypatch.setattr(sys, "argv", ["hetjax", "train", "--out", str(tmp_path / "r"), *args])
+        with pytest.raises(Stop):
+            cli.main()
+    assert [c.correction for c in seen] == [1.5, 0.0]
+    assert ppo.make_setup(seen[0]).network.correction == 1.5
+
+
 @pytest.mark.parametrize("finished", [False, True])
 def test_train_command_says_wrote_only_when_it_wrote(tmp_path, monkeypatch, capsys, finished):
     """A resumed run that had finished rewrites nothing (train_job returns its report): the

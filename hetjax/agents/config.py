@@ -123,6 +123,9 @@ class PPOConfig:
     encoder: str = "deepsets"
     width: int = 128
     head_width: int = 64  # episode encoder only: the per-step head's width
+    # device encoder with the rollout groups: the bound (logits) on what the network adds to
+    # the rollout rule's logits, `DeviceActorCritic.correction`; 0 = unbounded
+    correction: float = 0.0
     # episode encoder only: the head also reads each device's load so far and the remaining
     # work (exact sums over the block rows, `EpisodeActorCritic.load_features`)
     load_features: bool = False
@@ -239,7 +242,7 @@ _INTS = {  # field: smallest value
 }  # fmt: skip
 _POSITIVE = ("clip_eps", "max_grad_norm", "lr", "imitation_lr", "batch_fit_lr")
 _NON_NEGATIVE = ("vf_coef", "ent_coef", "imitation_vf_coef", "bc_coef", "shaping", "delta",
-                 "batch_fit_keep")  # fmt: skip
+                 "batch_fit_keep", "correction")  # fmt: skip
 _UNIT = ("gamma", "gae_lambda")  # in [0, 1]
 
 
@@ -293,6 +296,9 @@ def _check_config(c: PPOConfig) -> None:
     if c.ent_coef_end is not None and not (np.isfinite(number("ent_coef_end"))
                                            and number("ent_coef_end") >= 0):  # fmt: skip
         bad("ent_coef_end", "must be None or finite and >= 0")
+    if c.correction > 0 and not (c.rollout and c.encoder == "device"):
+        bad("correction", "bounds the device encoder's corrections to the rollout rule: "
+                          "needs encoder='device' and rollout=True (or 0)")  # fmt: skip
     for name in _UNIT:
         if not 0.0 <= number(name) <= 1.0:  # NaN fails too
             bad(name, "must be in [0, 1]")
@@ -334,6 +340,7 @@ LEGACY_DEFAULTS = {"bc_coef": 0.0, "imitation_ties": "as_solved", "models": (), 
                    "load_features": False, "batch_epsilon": None, "lookahead": False,
                    "rollout": False, "platforms": (), "formats": 1, "codes": 1, "delta": 0.0,
                    "quality_budget": None, "batch_fit_platforms": 0, "imitation_sizes": (),
+                   "correction": 0.0,
                    # False (the encoder before the fix) where it matters, with formats or
                    # codes; True without them, where it changes nothing, so such runs resume
                    # under today's options

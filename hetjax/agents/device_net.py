@@ -17,7 +17,10 @@ the devices as a set instead, as the blocks already are:
 
 With the observation's rollout groups (`PlacementEnv(rollout=True)`) each device's block-step
 logit and each batch's logit add a learned multiple of its rollout value (`ROLLOUT_SCALE`), so
-the network starts from the rollout rule and learns corrections to it.
+the network starts from the rollout rule and learns corrections to it. `correction` > 0 bounds
+the learned part of each such logit to [-correction, correction] (`correction * tanh(x /
+correction)`): the network can then only reorder choices whose rollout values lie within about
+2 * correction / scale of each other, and keeps the rule's choice wherever the rule is clear.
 
 So permuting the device slots of an observation permutes the block step's logits and leaves
 the batch logits and the value unchanged (tested), a device slot that is padding contributes
@@ -99,6 +102,8 @@ class DeviceActorCritic(nn.Module):
     width: int = 64
     head_width: int = 64
     summary_width: int = 32
+    # with the rollout groups: the bound on the learned part of each logit (logits), 0 = none
+    correction: float = 0.0
 
     # everything else follows from the two layouts (the environment's own sizes)
     @property
@@ -250,6 +255,10 @@ class DeviceActorCritic(nn.Module):
         block_logits = per.T.reshape(-1)  # action d + D * choice
         batch_logits = self.batch_out(nn.gelu(self.batch_hidden(h)))
         if "rollout" in fs:  # the rollout rule as the logits' base (ROLLOUT_SCALE)
+            if self.correction > 0:  # the learned part bounded (module docstring)
+                c = self.correction
+                block_logits = c * jnp.tanh(block_logits / c)
+                batch_logits = c * jnp.tanh(batch_logits / c)
             block_logits = block_logits + jnp.tile(
                 self.rollout_scale[0] * f[fs["rollout"]], self.choices
             )

@@ -294,6 +294,7 @@ def make_setup(config: PPOConfig, model_graph=None) -> Setup:
             feature_sizes(env.num_batches, env.d_max, env.formats, env.codes, env.lookahead,
                           env.rollout),
             block_feature_sizes(env.d_max), config.width, config.head_width,
+            correction=config.correction,
         )  # fmt: skip
     else:
         network = ActorCritic(env.num_actions, config.width, config.heads, config.layers,

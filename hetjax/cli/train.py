@@ -83,6 +83,13 @@ def train_cmd(
             "rule's plan at each batch (docs/environment.md)"
         ),
     ] = False,
+    correction: Annotated[
+        float | None,
+        typer.Option(
+            help="with --rollout and --encoder device: bound (logits) on what the network "
+            "adds to the rollout rule's logits (0 = unbounded, the default; docs/agent.md)"
+        ),
+    ] = None,
     zero_shot_models: Annotated[
         str | None,
         typer.Option(
@@ -213,7 +220,7 @@ def train_cmd(
                         ("--held-out", held_out, 1), ("--chunk", chunk, 1),
                         ("--best-of", best_of, 0), ("--seed", seed, 0),
                         ("--seq-len", seq_len, 1), ("--batch-fit", batch_fit, 0),
-                        ("--d-max", d_max, 1)]:  # fmt: skip
+                        ("--d-max", d_max, 1), ("--correction", correction, 0.0)]:  # fmt: skip
         checks.at_least(opt, v, low)
     checks.in_range("--epsilon", epsilon, 0.0, 1.0, high_open=True)
     checks.quality_options(formats, compression, quality_budget, delta)
@@ -271,12 +278,16 @@ def train_cmd(
                  delta=delta, quality_budget=quality_budget,
                  batch_fit_platforms=batch_fit, d_max=d_max,
                  descriptors=descriptors, lookahead=lookahead or None,
-                 rollout=rollout or None,
+                 rollout=rollout or None, correction=correction,
                  imitation_sizes=tuple(sizes.items()) or None)  # fmt: skip
     extra = _names(models)
     # --teacher none / a baseline: the from-scratch settings; options given here still win
     settings = teacher_settings(teacher)
     settings.update({k: v for k, v in given.items() if v is not None})
+    if correction and not (settings.get("rollout") and settings.get("encoder") == "device"):
+        raise checks.OptionError(f"--correction {correction}: bounds the device encoder's "
+                                 "corrections to the rollout rule: needs --rollout and "
+                                 "--encoder device")  # fmt: skip
     config = PPOConfig(model=model, models=extra, platform=platform, platforms=more,
                        seed=seed, seq_len=seq_len, dims=tuple(dims.items()), blocks=blocks,
                        granularity=granularity, **settings)  # fmt: skip
