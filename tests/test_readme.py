@@ -234,3 +234,17 @@ def test_the_tables_are_rendered_from_the_files(tmp_path, monkeypatch):
     assert rt.render("exact") != _tables_module().render("exact")
     with pytest.raises(KeyError, match="table = 'nope'"):
         rt.render("nope")
+
+
+def test_the_known_gaps_zero_shot_numbers_come_from_their_result_file():
+    """The README's known-gaps line on zero-shot transfer quotes the bounded policy's means
+    over unseen presets and unseen models (docs/results/zero_shot/rollout_bounded_zero_shot.json),
+    rounded to one decimal; the rule it corrects is within 0.1 point of each."""
+    doc = json.loads((ROOT / "docs/results/zero_shot/rollout_bounded_zero_shot.json").read_text())
+    presets, models = doc["unseen_presets_mean_gap_pct"], doc["unseen_models_mean_gap_pct"]
+    line = f"`--correction 0.3` {presets:.1f} / {models:.1f}% (targets 3 / 2%)"
+    assert line in README.read_text().replace("\n  ", " ")
+    assert doc["grid"]["n"] == 16 and len(doc["zero_shot"]) == 12
+    for key, mean in (("seen_preset", presets), ("seen_model", models)):
+        rule = [e["rollout_rule"]["mean_gap_pct"] for e in doc["zero_shot"] if not e[key]]
+        assert abs(sum(rule) / len(rule) - mean) < 0.1

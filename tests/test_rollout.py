@@ -280,6 +280,12 @@ def test_the_rollout_teacher_teaches_the_rule_and_the_report_scores_it():
     blocks = int(np.asarray(setup.graph.block_mask).sum())
     want = len(config.batches) * blocks * setup.env.d_max * len(weight_grid(setup.env.d_max))
     assert report.rollout_evaluations(setup) == want
+    # the held-out report says what the policy's rollout groups cost beside its simulations
+    params = jax.jit(lambda k: ppo.init_runner(setup, k))(jax.random.key(0)).params
+    held = report.held_out_report(setup, params, key, 2, baselines=("least_loaded",))
+    assert held["rollout_rule"]["simulations"] == want
+    for row in ("policy", "policy_greedy"):
+        assert held[row]["chain_plans"] == want and held[row]["simulations"] == 1
     with pytest.raises(hj.PlanError, match="'rollout' has no sizes"):
         ppo.make_setup(dataclasses.replace(config, imitation_sizes=(("population", 6),)))
 

@@ -293,6 +293,9 @@ def held_out_report(setup: ppo.Setup, params, key, n: int, best_of: int = 0,
     - "policy": the policy as `hetjax place` applies it, the best of its greedy plan and
       `best_of` sampled plans (best_of + 1 simulations; best_of = 0: the greedy plan alone);
     - "policy_greedy": the greedy (argmax) plan, one simulation;
+    - with the observation's rollout groups both policy rows add "chain_plans": the complete
+      plans the groups score per platform by the chain formulas, as the "rollout_rule" row's
+      simulations (`rollout_evaluations`);
     - "baselines": every baseline strategy at its default budget (`baselines`: only those
       names of `hj.baselines.STRATEGIES`, in that order; None: all);
     - "teacher" (a search teacher at `config.imitation_sizes`): that strategy at those sizes;
@@ -323,10 +326,14 @@ def held_out_report(setup: ppo.Setup, params, key, n: int, best_of: int = 0,
         pending.append((row, scores))
         return row
 
+    # with the rollout groups the policy's observation scores the rule's complete plans by the
+    # chain formulas at every episode: said in its rows beside its simulations
+    rule_cost = {"chain_plans": rollout_evaluations(setup)} if setup.env.rollout else {}
+
     def policy(k):
         t0 = time.perf_counter()
         scores, _ = _decode(setup, k)(params, jax.random.fold_in(key, 2 if k else 1), platforms)
-        return judge(scores, k + 1, t0, decode=decode_name(k), k=k)
+        return judge(scores, k + 1, t0, decode=decode_name(k), k=k, **rule_cost)
 
     ks = sorted({0, best_of} | (set(POLICY_SAMPLES) if budget else set()))
     if len(ks) > 1 and _split_prefix():  # one compiled sequence of samples for every k
@@ -334,7 +341,8 @@ def held_out_report(setup: ppo.Setup, params, key, n: int, best_of: int = 0,
         rows = _decode_ks(setup, tuple(ks))(params, jax.random.fold_in(key, 2), platforms)
         rows = np.asarray(rows)  # the greedy plan ignores the key: k = 0 as policy(0)
         wall = time.perf_counter() - t0  # (one wall for all: shared by the rows)
-        done = {k: judge(rows[i], k + 1, t0, decode=decode_name(k), k=k) for i, k in enumerate(ks)}
+        done = {k: judge(rows[i], k + 1, t0, decode=decode_name(k), k=k, **rule_cost)
+                for i, k in enumerate(ks)}  # fmt: skip
         for row in done.values():
             row["wall_s"] = wall
     else:
