@@ -284,6 +284,27 @@ def test_default_zero_shot_grid_starts_with_what_was_trained_and_fits_the_slots(
 GRID = {"models": ["bert-base", "vit-b16", "gpt2"], "presets": ["edge", "soc", "host3"]}
 
 
+def _train_call(tmp_path, monkeypatch, *args):
+    """(config, keyword arguments) that `hetjax train --out DIR ARGS` passes to
+    `jobs.train_job` (stopped there: nothing trains)."""
+    from hetjax.agents import jobs
+
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def fake(config, out, **kw):
+        seen.update(config=config, kw=kw)
+        raise Stop
+
+    monkeypatch.setattr(jobs, "train_job", fake)
+    monkeypatch.setattr(sys, "argv", ["hetjax", "train", "--out", str(tmp_path / "r"), *args])
+    with pytest.raises(Stop):
+        cli.main()
+    return seen["config"], seen["kw"]
+
+
 @pytest.mark.parametrize(
     "args, want",
     [
@@ -300,22 +321,8 @@ GRID = {"models": ["bert-base", "vit-b16", "gpt2"], "presets": ["edge", "soc", "
 def test_train_command_passes_the_zero_shot_grid(tmp_path, monkeypatch, capsys, args, want):
     """`hetjax train` with no zero-shot option: the default grid with the exact teacher (the
     default job), none with the others unless --zero-shot-n asks; given grids as given."""
-    from hetjax.agents import jobs
-
-    seen = {}
-
-    class Stop(Exception):
-        pass
-
-    def fake(config, out, **kw):
-        seen.update(kw)
-        raise Stop
-
-    monkeypatch.setattr(jobs, "train_job", fake)
-    monkeypatch.setattr(sys, "argv", ["hetjax", "train", "--out", str(tmp_path / "r"), *args])
-    with pytest.raises(Stop):
-        cli.main()
-    assert seen["zero_shot"] == want
+    _, kw = _train_call(tmp_path, monkeypatch, *args)
+    assert kw["zero_shot"] == want
 
 
 @pytest.mark.parametrize("field", ["lookahead", "rollout"])
@@ -323,48 +330,19 @@ def test_train_command_passes_the_zero_shot_grid(tmp_path, monkeypatch, capsys, 
 def test_train_command_passes_the_observation_groups(tmp_path, monkeypatch, field, given):
     """`hetjax train --lookahead` / `--rollout` trains with the observation's lookahead /
     rollout groups; without the option the config keeps the default (False)."""
-    from hetjax.agents import jobs
-
-    seen = {}
-
-    class Stop(Exception):
-        pass
-
-    def fake(config, out, **kw):
-        seen["config"] = config
-        raise Stop
-
-    monkeypatch.setattr(jobs, "train_job", fake)
-    args = [f"--{field}"] if given else []
-    monkeypatch.setattr(sys, "argv", ["hetjax", "train", "--out", str(tmp_path / "r"), *args])
-    with pytest.raises(Stop):
-        cli.main()
-    assert getattr(seen["config"], field) is given
-    assert getattr(ppo.make_setup(seen["config"]).env, field) is given
+    config, _ = _train_call(tmp_path, monkeypatch, *([f"--{field}"] if given else []))
+    assert getattr(config, field) is given
+    assert getattr(ppo.make_setup(config).env, field) is given
 
 
 def test_train_command_passes_the_correction_bound(tmp_path, monkeypatch):
     """`hetjax train --rollout --encoder device --correction C` bounds the network's
     corrections to the rollout rule by C; without the option they are unbounded (0)."""
-    from hetjax.agents import jobs
-
-    seen = []
-
-    class Stop(Exception):
-        pass
-
-    def fake(config, out, **kw):
-        seen.append(config)
-        raise Stop
-
-    monkeypatch.setattr(jobs, "train_job", fake)
-    for extra in (["--correction", "1.5"], []):
-        args = ["--rollout", "--encoder", "device", *extra]
-        monkeypatch.setattr(sys, "argv", ["hetjax", "train", "--out", str(tmp_path / "r"), *args])
-        with pytest.raises(Stop):
-            cli.main()
-    assert [c.correction for c in seen] == [1.5, 0.0]
-    assert ppo.make_setup(seen[0]).network.correction == 1.5
+    args = ("--rollout", "--encoder", "device")
+    bounded, _ = _train_call(tmp_path, monkeypatch, *args, "--correction", "1.5")
+    free, _ = _train_call(tmp_path, monkeypatch, *args)
+    assert (bounded.correction, free.correction) == (1.5, 0.0)
+    assert ppo.make_setup(bounded).network.correction == 1.5
 
 
 @pytest.mark.parametrize("finished", [False, True])
