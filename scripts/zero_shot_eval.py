@@ -20,6 +20,11 @@ those runs' policies (`hj.agents.load_ensemble`: the members' log-probabilities 
 member without a checkpoint is its best.msgpack) on the first member's grid, key and test
 platforms, and writes `--out FILE` (default: the first run's zero_shot_ensemble.json).
 
+`--draw-seed S` draws the test platforms of a run of seed S instead of the run's own (the
+report's key of seed S: a second draw, or another run's platforms); `--correction C` applies
+the policy with its correction to the rollout rule bounded by C (`PPOConfig.correction`; a
+device-encoder run with the rollout groups only), without retraining.
+
 Prints one row per pair (mean greedy gap %, and the best of the greedy plan and K samples,
 K the report's or `--best-of K`), the means over the pairs with an unseen preset and over
 those with an unseen model, and writes RUN/zero_shot_CHECKPOINT.json atomically.
@@ -28,6 +33,7 @@ those with an unseen model, and writes RUN/zero_shot_CHECKPOINT.json atomically.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
@@ -64,29 +70,38 @@ def grid_of(run: Path, models=None, presets=None, n=None) -> dict:
     return grid
 
 
-def load(run: Path, checkpoint: str):
-    """(setup, params) of `run`'s policy at `checkpoint` (a key of CHECKPOINTS)."""
+def load(run: Path, checkpoint: str, correction: float | None = None):
+    """(setup, params) of `run`'s policy at `checkpoint` (a key of CHECKPOINTS), with its
+    correction bound replaced by `correction` unless None."""
     path = run / CHECKPOINTS[checkpoint]
     if (run / "config.json").exists() and not path.exists():  # else load_policy says why
         raise CheckpointError(f"--checkpoint {checkpoint}: {path} does not exist")
     config, params = jobs.load_policy(run, CHECKPOINTS[checkpoint])
+    if correction is not None:  # PPOConfig checks it (a PlanError line naming the field)
+        config = dataclasses.replace(config, correction=correction)
     return ppo.make_setup(config), params
 
 
 def evaluate(run: Path, checkpoint: str = "best", grid: dict | None = None,
              best_of: int | None = None, baselines: tuple[str, ...] = (),
-             members: list[str] | None = None) -> dict:  # fmt: skip
+             members: list[str] | None = None, draw_seed: int | None = None,
+             correction: float | None = None) -> dict:  # fmt: skip
     """The zero-shot entries (as report.json["zero_shot"]) of `run`'s policy at `checkpoint`
     on `grid` (default: the run's own), with the report's key: the same test platforms.
     `best_of` samples beside the greedy plan in the "policy" row (None: the report's).
-    `members` (`RUN[:CHECKPOINT]` strings): their ensemble instead, `run` the first's."""
+    `members` (`RUN[:CHECKPOINT]` strings): their ensemble instead, `run` the first's.
+    `draw_seed`: the report's key of a run of that seed (None: the run's own seed);
+    `correction`: the policy's correction bound replaced (None: the run's own)."""
     if members:
         run = parse_member(members[0])[0]
     grid = grid_of(run) if grid is None else grid
     best_of = int(_job(run).get("best_of", 0)) if best_of is None else best_of
-    setup, params = load_ensemble(members) if members else load(run, checkpoint)
+    if members and correction is not None:
+        raise CheckpointError(f"--correction {correction}: applies to one run, not --members")
+    setup, params = load_ensemble(members) if members else load(run, checkpoint, correction)
     grid = jobs.check_zero_shot(setup.config, grid)
-    key = jax.random.fold_in(key_streams(setup.config.seed)["held_out"], 1)  # jobs.train_job's
+    seed = setup.config.seed if draw_seed is None else draw_seed
+    key = jax.random.fold_in(key_streams(seed)["held_out"], 1)  # jobs.train_job's
     models, presets = grid["models"], grid["presets"]
     entries = report.zero_shot_report(setup, params, key, models, presets, grid["n"],
                                       best_of=best_of, baselines=tuple(baselines))  # fmt: skip
@@ -95,7 +110,10 @@ def evaluate(run: Path, checkpoint: str = "best", grid: dict | None = None,
         return float(np.mean([e["policy_greedy"]["mean_gap_pct"] for e in rows])) if rows else None
 
     return {"run": str(run), "checkpoint": "ensemble" if members else checkpoint,
-            **({"members": list(members)} if members else {}), "grid": grid, "best_of": best_of,
+            **({"members": list(members)} if members else {}),
+            **({"draw_seed": draw_seed} if draw_seed is not None else {}),
+            **({"correction": correction} if correction is not None else {}),
+            "grid": grid, "best_of": best_of,
             "unseen_presets_mean_gap_pct": mean([e for e in entries if not e["seen_preset"]]),
             "unseen_models_mean_gap_pct": mean([e for e in entries if not e["seen_model"]]),
             "zero_shot": entries}  # fmt: skip
@@ -113,13 +131,19 @@ def main(argv=None) -> dict:
     ap.add_argument("--n", type=int, help="test platforms per pair")
     ap.add_argument("--best-of", type=int, help="samples beside the greedy plan (the report's)")
     ap.add_argument("--baselines", default="", help="comma-separated baseline names")
+    ap.add_argument("--draw-seed", type=int, help="test platforms of a run of this seed")
+    ap.add_argument("--correction", type=float, help="the policy's correction bound (logits)")
     args = ap.parse_args(argv)
-    from _main import at_least, models, platforms  # scripts/ is on sys.path
+    from _main import at_least, finite, models, platforms  # scripts/ is on sys.path
 
     if args.best_of is not None:
         at_least(ap, "--best-of", args.best_of, 0)
     if args.n is not None:
         at_least(ap, "--n", args.n, 1)
+    if args.draw_seed is not None:
+        at_least(ap, "--draw-seed", args.draw_seed, 0)
+    if args.correction is not None:
+        finite(ap, "--correction", args.correction)
     names = [m for m in (args.models or "").split(",") if m]
     if names:
         models(ap, "--models", names)
@@ -136,10 +160,13 @@ def main(argv=None) -> dict:
     if members and args.checkpoint != "best":
         ap.error(f"--checkpoint {args.checkpoint}: with --members, name each member's "
                  "checkpoint as RUN:CHECKPOINT")  # fmt: skip
+    if members and args.correction is not None:
+        ap.error(f"--correction {args.correction}: applies to one run (--run), not --members")
     grid = grid_of(run, names, presets, args.n)
     # evaluate refuses a missing run or checkpoint, members that do not share the network,
     # or a preset over the policy's device slots, before the exact optima
-    doc = evaluate(run, args.checkpoint, grid, args.best_of, rows, members or None)
+    doc = evaluate(run, args.checkpoint, grid, args.best_of, rows, members or None,
+                   args.draw_seed, args.correction)  # fmt: skip
     what = f"ensemble of {len(members)}" if members else args.checkpoint
     table = Table(title=f"{run} ({what}): mean gap % on {grid['n']} platforms "
                         "per pair")  # fmt: skip

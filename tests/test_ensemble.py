@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import hetjax as hj
 from hetjax.agents import ppo, report
 from hetjax.agents.ensemble import (
     EnsembleNet,
@@ -148,6 +149,33 @@ def test_the_script_scores_a_repeated_member_as_the_member(runs):
 
     assert drop_wall(e["policy_greedy"]) == drop_wall(a["policy_greedy"])
     assert e["reference"] == a["reference"]
+
+
+def test_the_script_draws_another_seed_s_platforms_and_replaces_the_bound(runs, monkeypatch):
+    """`evaluate(..., draw_seed=S)` scores on the report's key of a run of seed S (the run's
+    own seed when None) and records it; `correction=C` rebuilds the policy with that bound,
+    which PPOConfig refuses (one line naming the field) for a run without the rollout groups."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import zero_shot_eval
+
+    from hetjax.agents.trainer import key_streams
+
+    seen = []
+
+    def fake(setup, params, key, *args, **kw):
+        seen.append(jax.random.key_data(key))
+        return []
+
+    monkeypatch.setattr(report, "zero_shot_report", fake)
+    grid = {"models": ["bert-tiny"], "presets": ["soc"], "n": 3}
+    own = zero_shot_eval.evaluate(runs[0], "best", grid, best_of=0)
+    other = zero_shot_eval.evaluate(runs[0], "best", grid, best_of=0, draw_seed=7)
+    assert "draw_seed" not in own and other["draw_seed"] == 7
+    for got, seed in zip(seen, (CFG.seed, 7), strict=True):
+        want = jax.random.fold_in(key_streams(seed)["held_out"], 1)
+        np.testing.assert_array_equal(got, jax.random.key_data(want))
+    with pytest.raises(hj.PlanError, match="PPOConfig.correction = 0.5"):
+        zero_shot_eval.evaluate(runs[0], "best", grid, best_of=0, correction=0.5)
 
 
 def test_place_with_a_repeated_checkpoint_places_as_the_member(runs, monkeypatch, capsys):
