@@ -37,7 +37,7 @@ from hetjax.exact._search import (
     local_search,
     shortest,
 )
-from hetjax.formats import A_BITS, NUM_CODES, T_BITS, W_BITS
+from hetjax.formats import A_BITS, T_BITS, W_BITS
 from hetjax.graphs.core import EMBED, MATMUL
 
 __all__ = ["FormatProblem", "StateTables"]
@@ -480,14 +480,31 @@ class StateResult:
     # bound on the score of every plan at this batch that can beat the incumbent it was given
     complete: bool = True
     bound: float = -np.inf
+    # sent[j][i]: the code index (into the problem's codes) of block j - 1 in label i of
+    # block j; a label's own code is decided by the block after it (`label_search`)
+    sent: list[np.ndarray] = dataclasses.field(default_factory=list)
 
     def placements(self, idx) -> np.ndarray:
+        """State placements int[K, M] of the complete labels `idx` (the last level's `last`
+        holds full states; every other block's code comes from the label after it)."""
         idx = np.asarray(idx, np.int64)
         out = np.zeros((idx.size, len(self.levels)), np.int64)
+        code = np.zeros(idx.size, np.int64)
         for j in range(len(self.levels) - 1, -1, -1):
-            out[:, j] = self.levels[j].last[idx]
+            out[:, j] = self.levels[j].last[idx] + code
+            if j:
+                code = self.sent[j][idx]
             idx = self.levels[j].parent[idx]
         return out
+
+
+def _least_over_codes(arr: np.ndarray, legal: np.ndarray, nk: int) -> np.ndarray:
+    """`arr` f64[..., M, S] with each state's entry replaced by the least over the legal
+    codes of its device and format (inf where none is legal): a bound for a label whose
+    block's code is not chosen yet."""
+    least = np.where(legal, arr, np.inf).reshape(*arr.shape[:-1], arr.shape[-1] // nk, nk)
+    least = least.min(axis=-1, initial=np.inf)
+    return np.repeat(least, nk, axis=-1)
 
 
 def label_search(
@@ -519,6 +536,25 @@ def label_search(
     budget = fp.quality_budget
     lin = state_chord(fp, tab, bnd, incumbent) if mode == "score" else None
     quality_matters = np.isfinite(budget) or fp.delta != 0
+    # A block's code decides only how its output crosses into the next block (its duration,
+    # energy, quality and memory do not depend on it), so the search defers it: a label holds
+    # its last block's state with code index 0 (the *representative* of its device and
+    # format), and the expansion into block j + 1 picks block j's code: each legal one where
+    # block j + 1 is on another device, the first legal one where it is on the same device
+    # (no transfer: the code is moot). Every partial plan is then one label, not one per
+    # code. Labels compete per (device, set of legal codes): the transfers out of a block
+    # depend only on its device and code, so labels of one group have the same futures.
+    # Bounds take the least over the legal codes of the label's device and format.
+    nk = len(fp.codes)
+    legal_k = tab.legal.reshape(m, -1, nk)  # [M, S / nk, nk]
+    first = np.argmax(legal_k, axis=2)  # [M, S / nk]  first legal code of each representative
+    cmask = (legal_k * (1 << np.arange(nk))).sum(axis=2)  # [M, S / nk]  its legal codes
+    if nk > 1:
+        bnd = dataclasses.replace(bnd, **{
+            f: _least_over_codes(getattr(bnd, f), tab.legal, nk)
+            for f in ("t", "e", "q", "t_mu", "e_mu")})  # fmt: skip
+        if lin is not None:
+            lin = dataclasses.replace(lin, h=_least_over_codes(lin.h, tab.legal, nk))
 
     last = np.zeros(0, np.int64)
     res = np.zeros((1, n_res))
@@ -526,6 +562,7 @@ def label_search(
     mem_p = np.zeros((1, bind.size))
     mem_a = np.zeros((1, bind.size))
     levels: list[_Level] = []
+    sent: list[np.ndarray] = []  # per level: the code index of the block before
     counts: list[int] = []
     level_bound = np.inf  # before block 0: no bound of this search's own
 
@@ -553,43 +590,53 @@ def label_search(
         parts = []
         n = t.shape[0]
         rows = np.arange(n)
-        for st in np.flatnonzero(tab.legal[j]):
+        for st in np.flatnonzero(legal_k[j].any(axis=1)) * nk:  # representatives
             dev = int(tab.dev[st])
-            prev = last if j else np.full(n, st)
-            x = tab.xfer[j, prev, st]
-            ok = np.isfinite(x)
-            r = res.copy()
-            if n_res:
-                r[:, dev] += tab.dur[j, st]
-                hop = ok & (tab.dev[prev] != dev)
-                r[rows[hop], col[tab.dev[prev[hop]], dev]] += x[hop]
-            mp, ma = mem_p.copy(), mem_a.copy()
-            if dev in bind:
-                k = int(np.flatnonzero(bind == dev)[0])
-                mp[:, k] += tab.params[j, st]
-                ma[:, k] = np.maximum(ma[:, k], tab.act[j, st])
-                ok &= mp[:, k] + b * ma[:, k] <= cap[k]
-            qn = q + tab.qual[j, st] + tab.q_xfer[j, prev, st]
-            ok &= qn <= budget
-            tn = t + tab.dur[j, st] + x
-            en = e + tab.e_dur[j, st] + tab.e_xfer[j, prev, st]
-            parts.append((np.full(n, st)[ok], rows[ok], r[ok], tn[ok], en[ok], qn[ok], mp[ok],
-                          ma[ok]))  # fmt: skip
+            own = st + first[j, st // nk]  # a legal state of it: the block's own costs
+            for ki in range(nk) if j else (0,):
+                if j:  # block j - 1's code ki
+                    ok = tab.legal[j - 1, last + ki] & np.isfinite(tab.xfer[j, last + ki, st])
+                    ok &= (tab.dev[last] != dev) | (first[j - 1, last // nk] == ki)
+                    sub = rows[ok]
+                    prev = last[sub] + ki
+                    x, ex = tab.xfer[j, prev, st], tab.e_xfer[j, prev, st]
+                    qx = tab.q_xfer[j, prev, st]
+                else:
+                    sub, x, ex, qx = rows, 0.0, 0.0, 0.0
+                r = res[sub]
+                if n_res:
+                    r[:, dev] += tab.dur[j, own]
+                    if j:
+                        hop = np.flatnonzero(tab.dev[prev] != dev)
+                        r[hop, col[tab.dev[prev[hop]], dev]] += x[hop]
+                mp, ma = mem_p[sub], mem_a[sub]
+                ok = np.ones(sub.size, bool)
+                if dev in bind:
+                    k = int(np.flatnonzero(bind == dev)[0])
+                    mp[:, k] += tab.params[j, own]
+                    ma[:, k] = np.maximum(ma[:, k], tab.act[j, own])
+                    ok &= mp[:, k] + b * ma[:, k] <= cap[k]
+                qn = q[sub] + tab.qual[j, own] + qx
+                ok &= qn <= budget
+                tn = t[sub] + tab.dur[j, own] + x
+                en = e[sub] + tab.e_dur[j, own] + ex
+                parts.append((np.full(sub.size, st)[ok], sub[ok], np.full(sub.size, ki)[ok],
+                              r[ok], tn[ok], en[ok], qn[ok], mp[ok], ma[ok]))  # fmt: skip
         if not parts:
             t = np.zeros(0)
             break
-        last, parent, res, t, e, q, mem_p, mem_a = (
+        last, parent, code, res, t, e, q, mem_p, mem_a = (
             np.concatenate(z) for z in zip(*parts, strict=True)
         )
         # Labels equal in everything their future depends on (the last block's device and
-        # code, latency, energy, quality, busy times, memory) are one label: plans permuted
-        # over identical blocks, whose sums are exact on the tables' grid (`exact_grid`). The
-        # first stands for the others, before any bound or dominance test.
-        group = tab.dev[last] * NUM_CODES + tab.code[last]
-        first = drop_repeats((group, t, e, q), (mem_p, mem_a, res))
-        if first.size < t.size:
-            last, parent, res, t, e, q, mem_p, mem_a, group = (
-                x[first] for x in (last, parent, res, t, e, q, mem_p, mem_a, group)
+        # legal codes, latency, energy, quality, busy times, memory) are one label: plans
+        # permuted over identical blocks, whose sums are exact on the tables' grid
+        # (`exact_grid`). The first stands for the others, before any bound or dominance test.
+        group = tab.dev[last] * (1 << nk) + cmask[j, last // nk]
+        keep1 = drop_repeats((group, t, e, q), (mem_p, mem_a, res))
+        if keep1.size < t.size:
+            last, parent, code, res, t, e, q, mem_p, mem_a, group = (
+                x[keep1] for x in (last, parent, code, res, t, e, q, mem_p, mem_a, group)
             )
         t_lb = bnd.latency(j, last, t, q, budget)
         q_lb = q + bnd.q[j, last]
@@ -614,9 +661,9 @@ def label_search(
                 keep &= ~_front_dominates(front, t_lb, x_ub, e_lb)
         idx_all = np.flatnonzero(keep)
         kept = []
-        # Labels compete within a (device, code) group: the future of a label depends on its
-        # last block's device (busy, memory, the next transfer) and code (the next transfer),
-        # not on that block's format, whose costs the label already carries.
+        # Labels compete within a (device, legal codes) group: the future of a label depends
+        # on its last block's device (busy, memory, the next transfer) and the codes it may
+        # send with, not on that block's format, whose costs the label already carries.
         for grp in np.unique(group[idx_all]):
             if past(j):  # mid-block: the bound of the block before still holds
                 return no_plan(complete=False)
@@ -641,13 +688,16 @@ def label_search(
         last, parent, res, t, e, q = last[sel], parent[sel], res[sel], t[sel], e[sel], q[sel]
         mem_p, mem_a = mem_p[sel], mem_a[sel]
         levels.append(_Level(last=last, parent=parent))
+        sent.append(code[sel])
         counts.append(int(sel.size))
         if sel.size == 0:
             break
     if len(levels) < m or t.size == 0:
         return no_plan()
+    # the last block's output never crosses: its first legal code
+    levels[-1] = _Level(last=last + first[m - 1, last // nk], parent=levels[-1].parent)
     bott = res.max(1) if n_res else np.zeros(t.size)
-    return StateResult(levels, t, bott, e, q, counts)
+    return StateResult(levels, t, bott, e, q, counts, sent=sent)
 
 
 def _priced(rows: list, cost, step, q, qx, budget: float) -> None:
@@ -742,13 +792,19 @@ def solve_score(
     only)."""
     tabs = [fp.tables(b) for b in dict.fromkeys(batches)]
     best, best_b, best_s = None, 0.0, -np.inf
-    for tab in tabs:  # incumbent: the best seed, improved by local search
+    roots, order = _batches_in_bound_order(fp, tabs)
+    # incumbent: the best seed, improved by local search, of each batch whose root bound can
+    # still beat it (in bound order: a batch whose every plan scores below the incumbent
+    # cannot raise it, and its search is skipped below too)
+    for k in order:
+        if roots[k] < best_s:
+            continue
+        tab = tabs[k]
         sd = seeds(tab, fp.quality_budget, placements)
         s = scores(fp, tab, sd)
         sp, val = improve(fp, tab, sd[int(np.argmax(s))])
         if val > best_s:
             best, best_b, best_s = sp, tab.batch, val
-    roots, order = _batches_in_bound_order(fp, tabs)
     per_batch = {}
     open_bounds = []  # upper bounds of the batches whose search did not finish
     for k in order:
