@@ -587,47 +587,53 @@ def label_search(
                 "too large to be exact in this memory; give time_limit= for the best plan "
                 "found and a bound on the optimum"
             )
-        parts = []
-        n = t.shape[0]
-        rows = np.arange(n)
-        for st in np.flatnonzero(legal_k[j].any(axis=1)) * nk:  # representatives
-            dev = int(tab.dev[st])
-            own = st + first[j, st // nk]  # a legal state of it: the block's own costs
-            for ki in range(nk) if j else (0,):
-                if j:  # block j - 1's code ki
-                    ok = tab.legal[j - 1, last + ki] & np.isfinite(tab.xfer[j, last + ki, st])
-                    ok &= (tab.dev[last] != dev) | (first[j - 1, last // nk] == ki)
-                    sub = rows[ok]
-                    prev = last[sub] + ki
-                    x, ex = tab.xfer[j, prev, st], tab.e_xfer[j, prev, st]
-                    qx = tab.q_xfer[j, prev, st]
-                else:
-                    sub, x, ex, qx = rows, 0.0, 0.0, 0.0
-                r = res[sub]
-                if n_res:
-                    r[:, dev] += tab.dur[j, own]
-                    if j:
-                        hop = np.flatnonzero(tab.dev[prev] != dev)
-                        r[hop, col[tab.dev[prev[hop]], dev]] += x[hop]
-                mp, ma = mem_p[sub], mem_a[sub]
-                ok = np.ones(sub.size, bool)
-                if dev in bind:
-                    k = int(np.flatnonzero(bind == dev)[0])
-                    mp[:, k] += tab.params[j, own]
-                    ma[:, k] = np.maximum(ma[:, k], tab.act[j, own])
-                    ok &= mp[:, k] + b * ma[:, k] <= cap[k]
-                qn = q[sub] + tab.qual[j, own] + qx
-                ok &= qn <= budget
-                tn = t[sub] + tab.dur[j, own] + x
-                en = e[sub] + tab.e_dur[j, own] + ex
-                parts.append((np.full(sub.size, st)[ok], sub[ok], np.full(sub.size, ki)[ok],
-                              r[ok], tn[ok], en[ok], qn[ok], mp[ok], ma[ok]))  # fmt: skip
-        if not parts:
+        # every (representative st of block j, code ki of block j - 1, label) at once, in
+        # that order
+        reps = np.flatnonzero(legal_k[j].any(axis=1)) * nk  # [R]
+        rdev = tab.dev[reps]
+        if j:
+            ldev = tab.dev[last]
+            ks = np.arange(nk)
+            sender = last[None, :] + ks[:, None]  # [K, L]
+            x_all = tab.xfer[j][sender[None], reps[:, None, None]]  # [R, K, L]
+            ok = tab.legal[j - 1][sender][None] & np.isfinite(x_all)
+            # the same device: the code is moot, the first legal one stands for all
+            moot = first[j - 1, last // nk][None, :] == ks[:, None]  # [K, L]
+            ok &= (ldev[None, None, :] != rdev[:, None, None]) | moot[None]
+            ri, ki, li = np.nonzero(ok)
+            prev = last[li] + ki
+            st = reps[ri]
+            x = x_all[ri, ki, li]
+            ex, qx = tab.e_xfer[j, prev, st], tab.q_xfer[j, prev, st]
+        else:
+            ri = np.arange(reps.size)
+            li, ki = np.zeros(reps.size, np.int64), np.zeros(reps.size, np.int64)
+            st, x, ex, qx = reps, 0.0, 0.0, 0.0
+        if st.size == 0:
             t = np.zeros(0)
             break
-        last, parent, code, res, t, e, q, mem_p, mem_a = (
-            np.concatenate(z) for z in zip(*parts, strict=True)
-        )
+        own = (reps + first[j, reps // nk])[ri]  # a legal state of st: the block's own costs
+        dev = rdev[ri]
+        res_n = res[li]
+        if n_res:
+            res_n[np.arange(st.size), dev] += tab.dur[j, own]
+            if j:
+                hop = np.flatnonzero(ldev[li] != dev)
+                res_n[hop, col[ldev[li[hop]], dev[hop]]] += x[hop]
+        mp, ma = mem_p[li], mem_a[li]
+        qn = q[li] + tab.qual[j, own] + qx
+        ok = qn <= budget
+        for k, bd in enumerate(bind):
+            on = dev == bd
+            mp[on, k] += tab.params[j, own[on]]
+            ma[on, k] = np.maximum(ma[on, k], tab.act[j, own[on]])
+            ok &= ~on | (mp[:, k] + b * ma[:, k] <= cap[k])
+        tn = t[li] + tab.dur[j, own] + x
+        en = e[li] + tab.e_dur[j, own] + ex
+        sel = np.flatnonzero(ok)
+        last, parent, code = st[sel], li[sel], ki[sel]
+        res, t, e, q = res_n[sel], tn[sel], en[sel], qn[sel]
+        mem_p, mem_a = mp[sel], ma[sel]
         # Labels equal in everything their future depends on (the last block's device and
         # legal codes, latency, energy, quality, busy times, memory) are one label: plans
         # permuted over identical blocks, whose sums are exact on the tables' grid
