@@ -35,6 +35,7 @@ from hetjax.exact._search import (
     chord_lines,
     drop_repeats,
     local_search,
+    reach,
     shortest,
 )
 from hetjax.formats import A_BITS, T_BITS, W_BITS
@@ -300,7 +301,7 @@ class StateBounds:
     e: np.ndarray  # f64[M, S]  J
     q: np.ndarray  # f64[M, S]  points
     work: np.ndarray  # f64[M]  s
-    delta: np.ndarray  # f64[M, R] s
+    delta: np.ndarray  # f64[M, D, R] s: `_search.reach`
     lam: np.ndarray  # f64[G, D]
     split: np.ndarray  # f64[M, G] s
     # Lagrangian bounds under the quality budget B: for a completion whose quality fits,
@@ -358,7 +359,7 @@ def state_bounds(tab: StateTables, budget: float = np.inf) -> StateBounds:
             if e != f:
                 pair = (tab.dev[:, None] == e) & (tab.dev[None, :] == f)
                 most[1:, col[e, f]] = np.where(pair[None], x_ok, 0.0).max((1, 2))
-    delta = np.concatenate([np.cumsum(most[::-1], axis=0)[::-1][1:], np.zeros((1, most.shape[1]))])
+    delta = reach(most, d)
     lam = _simplex(d)
     w = lam[:, tab.dev]  # [G, S]
     weighted = np.where(tab.legal[:, None, :], dur0[:, None, :] * w[None], np.inf)
@@ -682,7 +683,7 @@ def label_search(
             keys = np.stack(cols, axis=1)
             order = np.lexsort(keys.T[::-1])
             idx = idx[order]
-            delta = bnd.delta[j] if n_res else np.zeros(0)
+            delta = bnd.delta[j, grp >> nk] if n_res else np.zeros(0)
             gone = _dominated(keys[order], res[idx], delta, b_lb[idx], DOMINANCE_CHUNK,
                               None if deadline is None else lambda j=j: past(j))  # fmt: skip
             if gone is None:  # the deadline, within the group's dominance test

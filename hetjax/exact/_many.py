@@ -41,7 +41,7 @@ from hetjax.exact._chain import (
     expand,
     snap,
 )
-from hetjax.exact._search import _dominated_rows, _links, _simplex, drop_repeats
+from hetjax.exact._search import _dominated_rows, _links, _simplex, drop_repeats, reach
 from hetjax.exact._solvers import _check_b_ref, _ops
 from hetjax.graphs.core import EMBED
 from hetjax.hardware.core import validate as validate_platform
@@ -182,7 +182,7 @@ class _Bounds:
     t: np.ndarray  # f64[P, M, D]  s
     e: np.ndarray  # f64[P, M, D]  J
     work: np.ndarray  # f64[P, M]  s
-    delta: np.ndarray  # f64[P, M, R] s
+    delta: np.ndarray  # f64[P, M, D, R] s: `_search.reach`
     lam: np.ndarray  # f64[G, D]
     split: np.ndarray  # f64[P, M, G] s
 
@@ -250,10 +250,7 @@ def _bounds(pr: Problems) -> _Bounds:
                 ok = np.zeros((n_p, m), bool)
                 ok[:, 1:] = legal[:, :-1, a] & legal[:, 1:, f]
                 most[:, :, col[a, f]] = np.where(ok, pr.xfer[:, :, a, f], 0.0)
-    delta = np.concatenate(
-        [np.cumsum(most[:, ::-1], axis=1)[:, ::-1][:, 1:], np.zeros((n_p, 1, most.shape[2]))],
-        axis=1,
-    )
+    delta = reach(most, d)
     lam = _simplex(d, LAM_POINTS.get(d, 120))
     dur = np.where(legal, pr.dur, 0.0)
     weighted = np.where(legal[:, :, None, :], dur[:, :, None, :] * lam[None, None], np.inf)
@@ -585,7 +582,7 @@ def _search_round(pr: Problems, bnd: _Bounds, ps: np.ndarray, inc: np.ndarray):
         order = np.lexsort((*mem, e[idx], t[idx], grp))
         idx = idx[order]
         keys = np.column_stack([e[idx], mem_p[idx], mem_a[idx]]) if binds else e[idx, None]
-        gone = _dominated(grp[order], keys, res[idx], bnd.delta[prob[idx], j], b_lb[idx])
+        gone = _dominated(grp[order], keys, res[idx], bnd.delta[prob[idx], j, last[idx]], b_lb[idx])
         sel = idx[~gone]
         prob, last, parent, res, t, e = prob[sel], last[sel], parent[sel], res[sel], t[sel], e[sel]
         mem_p, mem_a = mem_p[sel], mem_a[sel]

@@ -11,7 +11,8 @@
 Resources (the columns of `res`): busy of the D real devices, then the D*(D-1) directed links.
 The throughput of a plan is b / max(res); the dominance test on resources is relaxed: resource
 r of label a need not be <= that of label c when even its largest possible final value,
-res_a[r] + delta[r], cannot exceed a lower bound on c's final bottleneck.
+res_a[r] + delta[r], cannot exceed a lower bound on c's final bottleneck (delta: `reach`, by
+the last block's device).
 
 Bounds (all optimistic, memory ignored): least remaining latency and energy by reverse dynamic
 programs; the final bottleneck by water-filling and by the dual of the fractional assignment
@@ -36,6 +37,7 @@ __all__ = [
     "Incumbent",
     "Bounds",
     "chain_eval",
+    "reach",
     "improve",
 ]
 
@@ -47,7 +49,7 @@ class Bounds:
     t: np.ndarray  # f64[M, D]   s: least latency of blocks j+1.. (incl. transfers)
     e: np.ndarray  # f64[M, D]   J: least energy of blocks j+1..
     work: np.ndarray  # f64[M]   s: sum over blocks j+1.. of the least duration of the block
-    delta: np.ndarray  # f64[M, R] s: the most blocks j+1.. can add to each resource
+    delta: np.ndarray  # f64[M, D, R] s: the most blocks j+1.. can add to each resource (`reach`)
     lam: np.ndarray  # f64[G, D]  device weights on the simplex (a grid)
     split: np.ndarray  # f64[M, G] s: sum over blocks j+1.. of min_d lam[g, d] * dur[k, d]
 
@@ -83,6 +85,33 @@ def _reverse(cost: np.ndarray, step: np.ndarray) -> np.ndarray:
     return h
 
 
+def reach(most: np.ndarray, d: int) -> np.ndarray:
+    """f64[..., M, D, R] s: the most blocks j+1.. can add to each resource when block j is on
+    device a, from `most` f64[..., M, R] (block j's longest duration on each device, then its
+    longest transfer into it over each directed link, `_links` order). A device's busy time
+    can take every later block's longest duration; a link's only the crossings of one path
+    of devices: a longest path over (block, device), where crossing e -> f again needs a
+    crossing back in between (at most about half of the later blocks on two devices)."""
+    m, n_r = most.shape[-2:]
+    lead = most.shape[:-2]
+    out = np.zeros((*lead, m, d, n_r))
+    out[..., :, :, :d] = np.concatenate(
+        [np.cumsum(most[..., ::-1, :d], axis=-2)[..., ::-1, :][..., 1:, :],
+         np.zeros((*lead, 1, d))], axis=-2)[..., None, :]  # fmt: skip
+    links = [(e, f) for e in range(d) for f in range(d) if e != f]
+    src = np.array([e for e, _ in links], np.int64)
+    dst = np.array([f for _, f in links], np.int64)
+    r = np.arange(len(links))
+    v = np.zeros((*lead, len(links), d))  # per link: the most from each device at block j
+    for j in range(m - 2, -1, -1):
+        stay = v.max(axis=-1)  # any move that does not cross the link: the best next device
+        cross = most[..., j + 1, d:] + v[..., r, dst]  # block j on e, block j + 1 on f
+        v = np.repeat(stay[..., None], d, axis=-1)
+        v[..., r, src] = np.maximum(stay, cross)
+        out[..., j, :, d:] = np.swapaxes(v, -1, -2)
+    return out
+
+
 def bounds(tab: Tables) -> Bounds:
     """Optimistic completion costs from reverse dynamic programs (memory ignored)."""
     m, d = tab.m, tab.d
@@ -100,7 +129,7 @@ def bounds(tab: Tables) -> Bounds:
                 ok = np.zeros(m, bool)
                 ok[1:] = tab.legal[:-1, e] & tab.legal[1:, f]
                 most[:, col[e, f]] = np.where(ok, tab.xfer[:, e, f], 0.0)
-    delta = np.concatenate([np.cumsum(most[::-1], axis=0)[::-1][1:], np.zeros((1, most.shape[1]))])
+    delta = reach(most, d)
     lam = _simplex(d)
     dur = np.where(tab.legal, tab.dur, 0.0)
     weighted = np.where(tab.legal[:, None, :], dur[:, None, :] * lam[None, :, :], np.inf)
@@ -628,7 +657,7 @@ def label_search(
             keys = np.stack(cols, axis=1)
             order = np.lexsort(keys.T[::-1])
             idx = idx[order]
-            delta = bnd.delta[j] if n_res else np.zeros(0)
+            delta = bnd.delta[j, dev] if n_res else np.zeros(0)
             gone = _dominated(keys[order], res[idx], delta, b_lb[idx], stop=stop)
             if gone is None:
                 stopped = True
