@@ -684,3 +684,34 @@ def test_dominance_test_matches_a_plain_python_reference(sparse, monkeypatch):
                                     floor.tolist(), chunk)  # fmt: skip
         assert got.tolist() == want
         assert 0 < sum(want) < n or n_res == 0
+
+
+@pytest.mark.parametrize("d", [2, 3, 4])
+def test_reach_is_the_most_any_device_path_adds(d):
+    """`_search.reach` (the most later blocks can add to each resource, used by the relaxed
+    dominance test) against every path of devices: a device's busy time takes every later
+    block's longest duration, a link only the crossings of one path; batched axes agree."""
+    from hetjax.exact._search import _links, reach
+
+    rng = np.random.default_rng(d)
+    m, col = 6, _links(d)
+    most = rng.random((m, d + d * (d - 1)))
+    out = reach(most, d)
+    assert out.shape == (m, d, most.shape[1])
+    for j in range(m):
+        for a in range(d):
+            best = np.zeros(most.shape[1])
+            for path in itertools.product(range(d), repeat=m - 1 - j):
+                devs = (a, *path)
+                added = np.zeros(most.shape[1])
+                for k, (x, y) in enumerate(itertools.pairwise(devs)):
+                    if x != y:
+                        added[col[x, y]] += most[j + 1 + k, col[x, y]]
+                best = np.maximum(best, added)
+            best[:d] = most[j + 1 :, :d].sum(axis=0)
+            np.testing.assert_allclose(out[j, a], best, rtol=1e-12)
+    # never more than every later block's longest (the bound before it), zero at the last block
+    total = np.cumsum(most[::-1], axis=0)[::-1]
+    assert np.all(out[:-1] <= total[1:, None, :] + 1e-12) and np.all(out[-1] == 0)
+    many = rng.random((3, m, most.shape[1]))
+    np.testing.assert_array_equal(reach(many, d)[1], reach(many[1], d))
