@@ -98,11 +98,12 @@ def reach(most: np.ndarray, d: int) -> np.ndarray:
     out[..., :, :, :d] = np.concatenate(
         [np.cumsum(most[..., ::-1, :d], axis=-2)[..., ::-1, :][..., 1:, :],
          np.zeros((*lead, 1, d))], axis=-2)[..., None, :]  # fmt: skip
-    links = [(e, f) for e in range(d) for f in range(d) if e != f]
-    src = np.array([e for e, _ in links], np.int64)
-    dst = np.array([f for _, f in links], np.int64)
-    r = np.arange(len(links))
-    v = np.zeros((*lead, len(links), d))  # per link: the most from each device at block j
+    col = _links(d)
+    e, f = np.nonzero(col >= 0)
+    by_col = np.argsort(col[e, f])  # link k is column d + k
+    src, dst = e[by_col], f[by_col]
+    r = np.arange(src.size)
+    v = np.zeros((*lead, src.size, d))  # per link: the most from each device at block j
     for j in range(m - 2, -1, -1):
         stay = v.max(axis=-1)  # any move that does not cross the link: the best next device
         cross = most[..., j + 1, d:] + v[..., r, dst]  # block j on e, block j + 1 on f
