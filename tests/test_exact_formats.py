@@ -306,3 +306,81 @@ def test_a_plan_exactly_at_the_budget_counts_as_hj_score_counts_it():
     plan2, val2 = hj.exact.optimal_score(g, p, (1.0, 8.0, 32.0), formats=(0, 1),
                                          quality_budget=0.25)  # fmt: skip
     assert val > val2
+
+
+def _prefix_labels(tab, sp: np.ndarray, j: int):
+    """The label of each state placement sp int[K, M] after block j, as the search carries
+    it: (representative state, latency s, busy and link time s [K, D + D(D-1)], energy J,
+    quality points), block j's own code not chosen yet (its transfer is the next block's)."""
+    from hetjax.exact._search import _links
+
+    k, d = sp.shape[0], tab.d
+    rows = np.arange(j + 1)
+    s = sp[:, : j + 1]
+    prev = np.concatenate([s[:, :1], s[:, :-1]], axis=1)
+    x = tab.xfer[rows, prev, s]  # block 0's is 0
+    t = tab.dur[rows, s].sum(1) + x.sum(1)
+    e = tab.e_dur[rows, s].sum(1) + tab.e_xfer[rows, prev, s].sum(1)
+    q = tab.qual[rows, s].sum(1) + tab.q_xfer[rows, prev, s].sum(1)
+    res = np.zeros((k, d + d * (d - 1)))
+    col = _links(d)
+    for i in range(j + 1):
+        res[np.arange(k), tab.dev[s[:, i]]] += tab.dur[i, s[:, i]]
+        if i:
+            a, b = tab.dev[prev[:, i]], tab.dev[s[:, i]]
+            hop = np.flatnonzero(a != b)
+            res[hop, col[a[hop], b[hop]]] += x[hop, i]
+    return sp[:, j] - sp[:, j] % 3, t, res, e, q
+
+
+@settings(max_examples=6, **SETTINGS)
+@given(st.integers(0, 2**31 - 1), st.sampled_from([np.inf, 1.0, 0.4]), st.sampled_from([0.0, 0.3]),
+       st.sampled_from([0.5, 0.9, 0.99]), st.booleans())  # fmt: skip
+def test_each_labels_chord_bounds_every_completion_that_beats_the_incumbent(
+    seed, budget, delta, quantile, three
+):
+    """The chord bound of the search with formats: each label takes its own chords and the
+    least completion interpolated on a grid of slopes (`StateChord`), screened to a few forms
+    past a sample. Every prefix of every plan that scores above the incumbent must get a bound
+    at least that score, on all forms and screened; 3-block chains on two and three devices."""
+    import dataclasses
+
+    from hetjax.exact import _formats
+    from hetjax.exact._chain import ChainProblem
+    from hetjax.exact._solvers import _format_problem
+
+    rng = np.random.default_rng(seed)
+    g = _chain(rng)
+    if three:
+        key = jax.random.key(int(rng.integers(1 << 30)))
+        p = hj.hardware.unstack(hj.hardware.sample(key, 1, base="host3"))[0]
+    else:
+        p = _platform(rng)
+    fp = _format_problem(ChainProblem.create(g, p), (0, 1, 2), (0, 1, 2), delta, budget, "t")
+    tab = fp.tables(8.0)
+    sp = np.array(list(itertools.product(*(np.flatnonzero(r) for r in tab.legal))))
+    lat, bott, en, qu, feas = _formats.chain_eval(tab, sp)
+    score = fp.score_of(8.0, lat, bott, en, qu)
+    ok = feas & np.isfinite(score)
+    assert ok.sum() > 10
+    incumbent = float(np.quantile(score[ok], quantile))
+    beats = ok & (score > incumbent)
+    bnd = _formats.state_bounds(tab, fp.quality_budget)
+    bnd = dataclasses.replace(bnd, **{  # as the search: least over a label's codes
+        f: _formats._least_over_codes(getattr(bnd, f), tab.legal, 3)
+        for f in ("t", "e", "q", "t_mu", "e_mu")})  # fmt: skip
+    lin = _formats.state_chord(fp, tab, bnd, incumbent)
+    assert lin is not None
+    for j in range(tab.m):
+        last, t, res, e, q = _prefix_labels(tab, sp[beats], j)
+        t_lb, q_lb = bnd.latency(j, last, t, q, budget), q + bnd.q[j, last]
+        e_lb, b_lb = bnd.energy(j, last, e, q, budget), bnd.bottleneck(j, res)
+        args = (last, t, res[:, : tab.d], e, q, t_lb, b_lb, e_lb, q_lb)
+        full, _ = lin.bound(j, *args)
+        sample, _formats.SCREEN_SAMPLE = _formats.SCREEN_SAMPLE, 16  # screened on 3 blocks
+        try:
+            screened = lin.screened(j, *args)
+        finally:
+            _formats.SCREEN_SAMPLE = sample
+        assert np.all(screened >= full)
+        np.testing.assert_array_less(score[beats], full + 1e-12)
