@@ -342,7 +342,8 @@ def test_each_labels_chord_bounds_every_completion_that_beats_the_incumbent(
     """The chord bound of the search with formats: each label takes its own chords and the
     least completion interpolated on a grid of slopes (`StateChord`), screened to a few forms
     past a sample. Every prefix of every plan that scores above the incumbent must get a bound
-    at least that score, on all forms and screened; 3-block chains on two and three devices."""
+    at least that score, on all forms and screened (and a bottleneck bound at most the plan's,
+    screened too); 3-block chains on two and three devices."""
     import dataclasses
 
     from hetjax.exact import _formats
@@ -380,7 +381,10 @@ def test_each_labels_chord_bounds_every_completion_that_beats_the_incumbent(
         sample, _formats.SCREEN_SAMPLE = _formats.SCREEN_SAMPLE, 16  # screened on 3 blocks
         try:
             screened = lin.screened(j, *args)
+            b_screened = bnd.bottleneck(j, res)
         finally:
             _formats.SCREEN_SAMPLE = sample
         assert np.all(screened >= full)
         np.testing.assert_array_less(score[beats], full + 1e-12)
+        # the bottleneck's lower bound, screened to a few device weights too
+        assert np.all(b_screened <= b_lb) and np.all(b_lb <= bott[beats])
