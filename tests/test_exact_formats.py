@@ -346,7 +346,7 @@ def test_each_labels_chord_bounds_every_completion_that_beats_the_incumbent(
     screened too); 3-block chains on two and three devices."""
     import dataclasses
 
-    from hetjax.exact import _formats
+    from hetjax.exact import _chord, _formats
     from hetjax.exact._chain import ChainProblem
     from hetjax.exact._solvers import _format_problem
 
@@ -368,9 +368,9 @@ def test_each_labels_chord_bounds_every_completion_that_beats_the_incumbent(
     beats = ok & (score > incumbent)
     bnd = _formats.state_bounds(tab, fp.quality_budget)
     bnd = dataclasses.replace(bnd, **{  # as the search: least over a label's codes
-        f: _formats._least_over_codes(getattr(bnd, f), tab.legal, 3)
+        f: _chord._least_over_codes(getattr(bnd, f), tab.legal, 3)
         for f in ("t", "e", "q", "t_mu", "e_mu")})  # fmt: skip
-    lin = _formats.state_chord(fp, tab, bnd, incumbent)
+    lin = _chord.state_chord(fp, tab, bnd, incumbent)
     assert lin is not None
     for j in range(tab.m):
         last, t, res, e, q = _prefix_labels(tab, sp[beats], j)
@@ -378,12 +378,12 @@ def test_each_labels_chord_bounds_every_completion_that_beats_the_incumbent(
         e_lb, b_lb = bnd.energy(j, last, e, q, budget), bnd.bottleneck(j, res)
         args = (last, t, res[:, : tab.d], e, q, t_lb, b_lb, e_lb, q_lb)
         full, _ = lin.bound(j, *args)
-        sample, _formats.SCREEN_SAMPLE = _formats.SCREEN_SAMPLE, 16  # screened on 3 blocks
+        sample, _chord.SCREEN_SAMPLE = _chord.SCREEN_SAMPLE, 16  # screened on 3 blocks
         try:
             screened = lin.screened(j, *args)
             b_screened = bnd.bottleneck(j, res)
         finally:
-            _formats.SCREEN_SAMPLE = sample
+            _chord.SCREEN_SAMPLE = sample
         assert np.all(screened >= full)
         np.testing.assert_array_less(score[beats], full + 1e-12)
         # the bottleneck's lower bound, screened to a few device weights too
