@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from hetjax.exact._search import _simplex
+from hetjax.exact._search import _simplex, score_terms
 
 if TYPE_CHECKING:
     from hetjax.exact._formats import FormatProblem, StateBounds, StateTables
@@ -180,13 +180,9 @@ def state_chord(fp: FormatProblem, tab: StateTables, bnd: StateBounds, incumbent
     """The `StateChord` at this batch against `incumbent` on a grid of `points` x `points`
     chord slopes (default `CHORD_SLOPES`), or None where it cannot help."""
     points = CHORD_SLOPES if points is None else points
-    pr = fp.chain
-    alpha, beta, gamma = pr.weights
     if not np.isfinite(incumbent):
         return None
-    a_t = alpha * pr.t_ref
-    a_b = beta * tab.batch / (pr.x_ref if pr.x_ref > 0 else 1.0)
-    g = gamma / (pr.e_ref if pr.e_ref > 0 else 1.0)
+    a_t, a_b, g = score_terms(fp.chain, tab.batch)
     first = np.flatnonzero(tab.legal[0])
     if first.size == 0:
         return None

@@ -38,6 +38,7 @@ __all__ = [
     "Bounds",
     "chain_eval",
     "reach",
+    "score_terms",
     "improve",
 ]
 
@@ -210,14 +211,20 @@ def chord_lines(a_t, a_b, t_lo, b_lo, rest, incumbent) -> tuple[float, float, fl
     return k_t + k_b, a, c
 
 
+def score_terms(problem: ChainProblem, batch: float) -> tuple[float, float, float]:
+    """(a_t, a_b, g) of the score a_t / T + a_b / B - g E at `batch`: alpha t_ref (score
+    units x s), beta batch / x_ref (score units x s), gamma / e_ref (score units per J)."""
+    alpha, beta, gamma = problem.weights
+    a_t = alpha * problem.t_ref
+    a_b = beta * batch / (problem.x_ref if problem.x_ref > 0 else 1.0)
+    return a_t, a_b, gamma / (problem.e_ref if problem.e_ref > 0 else 1.0)
+
+
 def chord(problem: ChainProblem, tab: Tables, bnd: Bounds, incumbent: float) -> Chord | None:
     """The `Chord` bound at this batch against `incumbent`, or None where it cannot help."""
-    alpha, beta, gamma = problem.weights
     if not np.isfinite(incumbent):
         return None
-    a_t = alpha * problem.t_ref
-    a_b = beta * tab.batch / (problem.x_ref if problem.x_ref > 0 else 1.0)
-    g = gamma / (problem.e_ref if problem.e_ref > 0 else 1.0)
+    a_t, a_b, g = score_terms(problem, tab.batch)
     first = np.flatnonzero(tab.legal[0])
     if first.size == 0:
         return None
