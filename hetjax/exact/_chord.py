@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from hetjax.exact._search import _simplex, score_terms
+from hetjax.exact._search import _simplex, chord_lines, score_terms
 
 if TYPE_CHECKING:
     from hetjax.exact._formats import FormatProblem, StateBounds, StateTables
@@ -56,26 +56,18 @@ def _least_over_codes(arr: np.ndarray, legal: np.ndarray, nk: int) -> np.ndarray
     return np.repeat(least, nk, axis=-1)
 
 
-def _chords(a_t, a_b, t_lo, b_lo, rest, incumbent):
-    """`_search.chord_lines` for arrays of lower ends and rests (s, s, score units): (k, a, c),
-    each f64[L], with a_t / T + a_b / B <= k - a T - c B for every completion that can beat
-    `incumbent` (T in [t_lo, t_hi], B in [b_lo, b_hi]; no chord where an upper end is
-    unbounded or not above the lower one: w / lo there)."""
-    need_t = incumbent - a_b / b_lo + rest
-    need_b = incumbent - a_t / t_lo + rest
-    with np.errstate(divide="ignore"):
-        t_hi = np.where(need_t > 0, a_t / np.where(need_t > 0, need_t, 1.0), np.inf)
-        b_hi = np.where(need_b > 0, a_b / np.where(need_b > 0, need_b, 1.0), np.inf)
+def screen_sample(n: int) -> np.ndarray | None:
+    """Indices int[SCREEN_SAMPLE] of an evenly spaced sample of n labels, or None where n is
+    at most twice that (the whole bound then costs little)."""
+    if n <= 2 * SCREEN_SAMPLE:
+        return None
+    return np.linspace(0, n - 1, SCREEN_SAMPLE).astype(np.int64)
 
-    def line(w, lo, hi):  # w / x <= k - s * x on [lo, hi]
-        ok = np.isfinite(hi) & (hi > lo)
-        hi_ = np.where(ok, hi, 1.0)
-        return (np.where(ok, w * (lo + hi_) / (lo * hi_), w / lo),
-                np.where(ok, w / (lo * hi_), 0.0))  # fmt: skip
 
-    k_t, a = line(a_t, t_lo, t_hi)
-    k_b, c = line(a_b, b_lo, b_hi)
-    return k_t + k_b, a, c
+def most_frequent(idx: np.ndarray) -> np.ndarray:
+    """The (at most) `SCREEN_FORMS` values most frequent in idx int[K], ascending."""
+    values, count = np.unique(idx, return_counts=True)
+    return np.sort(values[np.argsort(-count, kind="stable")[:SCREEN_FORMS]])
 
 
 def _slopes(lo: float, hi: float, points: int) -> np.ndarray:
@@ -132,7 +124,7 @@ class StateChord:
         lower bounds on each label's final latency (s), bottleneck (s), energy (J) and
         quality (points). `forms` (indices into F): only those, a looser bound."""
         rest = self.g * e_lb + self.delta * q_lb
-        k, a, c = _chords(self.a_t, self.a_b, np.maximum(t_lb, self.t_lo),
+        k, a, c = chord_lines(self.a_t, self.a_b, np.maximum(t_lb, self.t_lo),
                           np.maximum(b_lb, self.b_lo), rest, self.incumbent)  # fmt: skip
         ia, wa = _corners(self.a_grid, a)
         ic, wc = _corners(self.c_grid, c)
@@ -160,17 +152,13 @@ class StateChord:
         evenly spaced sample of them (every form on the sample; a valid, slightly looser
         bound elsewhere: a few of the U G forms decide nearly every label)."""
         args = (last, t, busy, e, q, t_lb, b_lb, e_lb, q_lb)
-        n = t.size
-        if n <= 2 * SCREEN_SAMPLE:
+        pick = screen_sample(t.size)
+        if pick is None:
             return self.bound(j, *args)[0]
-        pick = np.linspace(0, n - 1, SCREEN_SAMPLE).astype(np.int64)
         full, arg = self.bound(j, *(x[pick] for x in args))
         used = arg[full < self.incumbent]
-        if used.size == 0:  # nothing prunes: the forms that come closest
-            used = arg
-        forms, count = np.unique(used, return_counts=True)
-        forms = np.sort(forms[np.argsort(-count, kind="stable")[:SCREEN_FORMS]])
-        out = self.bound(j, *args, forms=forms)[0]
+        # (where nothing prunes: the forms that come closest)
+        out = self.bound(j, *args, forms=most_frequent(used if used.size else arg))[0]
         out[pick] = np.minimum(out[pick], full)
         return out
 
@@ -196,13 +184,13 @@ def state_chord(fp: FormatProblem, tab: StateTables, bnd: StateBounds, incumbent
     if not (t_lo > 0 and b_lo > 0 and np.isfinite(t_lo)):
         return None
     rest = g * e_lo + fp.delta * q_lo
-    _, a0, _ = _chords(a_t, a_b, np.array([t_lo]), np.array([b_lo]), rest, incumbent)
+    _, a0, _ = chord_lines(a_t, a_b, t_lo, b_lo, rest, incumbent)
     # The grid of slopes: 0, then geometric up to the steepest chord any label can take (its
     # interval shrunk to the root's lower end and the least upper end); a label's slope comes
     # from its own interval, so the grid spans the slopes of lower ends from the root's to
     # twice it.
     lows = np.geomspace(1.0, 2.0, 8)
-    _, aa, cc = _chords(a_t, a_b, t_lo * lows[:, None], b_lo * lows[None, :], rest, incumbent)
+    _, aa, cc = chord_lines(a_t, a_b, t_lo * lows[:, None], b_lo * lows[None, :], rest, incumbent)
     a_top, c_top = float(np.max(aa)), float(np.max(cc))
     a_bot = float(np.min(aa[aa > 0])) if np.any(aa > 0) else a_top
     c_bot = float(np.min(cc[cc > 0])) if np.any(cc > 0) else c_top
@@ -217,7 +205,7 @@ def state_chord(fp: FormatProblem, tab: StateTables, bnd: StateBounds, incumbent
     budget = fp.quality_budget
     mu = np.zeros(1)
     if np.isfinite(budget):
-        plain = float(a0[0]) * t_lo + g * e_lo  # about the linear form's size at the root
+        plain = float(a0) * t_lo + g * e_lo  # about the linear form's size at the root
         mu = np.concatenate([[0.0], np.asarray(_MU) * plain / max(budget, 1e-3)])
     # costs [P, R, U, G, M, S]
     ax_a = a_grid[:, None, None, None, None, None]

@@ -25,7 +25,7 @@ import numpy as np
 from hetjax.errors import PlanError
 from hetjax.exact import _chord
 from hetjax.exact._chain import ChainProblem, _host, exact_grid, snap
-from hetjax.exact._chord import _MU, _least_over_codes, state_chord
+from hetjax.exact._chord import _MU, _least_over_codes, most_frequent, screen_sample, state_chord
 from hetjax.exact._search import (
     _dominated,
     _front_dominates,
@@ -322,12 +322,10 @@ class StateBounds:
         d = self.lam.shape[1]
         busy = res[:, :d]
         lam, split = self.lam, self.split[j]
-        n = busy.shape[0]
-        if n > 2 * _chord.SCREEN_SAMPLE and lam.shape[0] > _chord.SCREEN_FORMS:
-            pick = np.linspace(0, n - 1, _chord.SCREEN_SAMPLE).astype(np.int64)
+        pick = screen_sample(busy.shape[0]) if lam.shape[0] > _chord.SCREEN_FORMS else None
+        if pick is not None:
             full = busy[pick] @ lam.T + split[None, :]
-            top, count = np.unique(np.argmax(full, axis=1), return_counts=True)
-            top = np.sort(top[np.argsort(-count, kind="stable")[: _chord.SCREEN_FORMS]])
+            top = most_frequent(np.argmax(full, axis=1))
             dual = np.max(busy @ lam[top].T + split[top][None, :], axis=1)
             dual[pick] = np.max(full, axis=1)
         else:

@@ -41,7 +41,14 @@ from hetjax.exact._chain import (
     expand,
     snap,
 )
-from hetjax.exact._search import _dominated_rows, _links, _simplex, drop_repeats, reach
+from hetjax.exact._search import (
+    _dominated_rows,
+    _links,
+    _simplex,
+    chord_lines,
+    drop_repeats,
+    reach,
+)
 from hetjax.exact._solvers import _check_b_ref, _ops
 from hetjax.graphs.core import EMBED
 from hetjax.hardware.core import validate as validate_platform
@@ -367,21 +374,7 @@ def _chord(pr: Problems, bnd: _Bounds, ps: np.ndarray, inc: np.ndarray) -> _Chor
     np.minimum.at(b_lo, row[fp[on]], b1[on])
     ok = np.isfinite(inc) & (np.bincount(row[fp[on]], minlength=ps.size) > 0)
     ok &= (t_lo > 0) & (b_lo > 0) & np.isfinite(t_lo)
-    need_t = inc - a_b / b_lo + g * e_lo
-    need_b = inc - a_t / t_lo + g * e_lo
-    t_hi = np.where(need_t > 0, a_t / np.where(need_t > 0, need_t, 1.0), np.inf)
-    b_hi = np.where(need_b > 0, a_b / np.where(need_b > 0, need_b, 1.0), np.inf)
-
-    def line(w, lo, hi):
-        flat = ~np.isfinite(hi) | (hi <= lo)
-        hi1 = np.where(flat, 1.0, hi)
-        return (
-            np.where(flat, w / lo, w * (lo + hi1) / (lo * hi1)),
-            np.where(flat, 0.0, w / (lo * hi1)),
-        )
-
-    k_t, a = line(a_t, t_lo, t_hi)
-    k_b, c = line(a_b, b_lo, b_hi)
+    k, a, c = chord_lines(a_t, a_b, t_lo, b_lo, g * e_lo, inc)
     a, c, g = (np.where(ok, v, 0.0) for v in (a, c, g))  # no chord: bound +inf
     lam = bnd.lam
     legal = pr.legal[ps]
@@ -395,7 +388,7 @@ def _chord(pr: Problems, bnd: _Bounds, ps: np.ndarray, inc: np.ndarray) -> _Chor
     for j in range(pr.m - 2, -1, -1):
         nxt = cost[:, :, j + 1, :] + h[:, :, j + 1, :]  # [Q, G, D]
         h[:, :, j, :] = np.min(step[:, None, j + 1] + nxt[:, :, None, :], axis=3)
-    kk = np.where(ok, k_t + k_b, np.inf)
+    kk = np.where(ok, k, np.inf)
     h = np.ascontiguousarray(np.where(ok[x4], h, 0.0).transpose(0, 2, 3, 1))  # [Q, M, D, G]
     return _Chord(rows=row, k=kk, a=a, c=c, g=g, lam=lam, h=h)
 

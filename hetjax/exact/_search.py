@@ -191,20 +191,23 @@ class Chord:
         return self.k - np.max(cur + self.h[:, j, :].T[last], axis=1)
 
 
-def chord_lines(a_t, a_b, t_lo, b_lo, rest, incumbent) -> tuple[float, float, float]:
+def chord_lines(a_t, a_b, t_lo, b_lo, rest, incumbent):
     """(k, a, c) with a_t / T + a_b / B <= k - a * T - c * B for every plan that can beat
     `incumbent`: T in [t_lo, t_hi] and B in [b_lo, b_hi], the upper ends where the other term
     at its best (and `rest`, the least penalty of the remaining terms) still reaches the
-    incumbent; on such an interval w / x lies below its chord."""
+    incumbent; on such an interval w / x lies below its chord (no chord where an upper end is
+    unbounded or not above the lower one: w / lo and slope 0). Arrays broadcast (one chord per
+    element: per label, per platform); scalars give 0-d arrays."""
     need_t = incumbent - a_b / b_lo + rest  # a_t / T must reach this
     need_b = incumbent - a_t / t_lo + rest  # a_b / B must reach this
-    t_hi = a_t / need_t if need_t > 0 else np.inf
-    b_hi = a_b / need_b if need_b > 0 else np.inf
+    t_hi = np.where(need_t > 0, a_t / np.where(need_t > 0, need_t, 1.0), np.inf)
+    b_hi = np.where(need_b > 0, a_b / np.where(need_b > 0, need_b, 1.0), np.inf)
 
     def line(w, lo, hi):  # w / x <= k - s * x on [lo, hi]
-        if not np.isfinite(hi) or hi <= lo:
-            return w / lo, 0.0
-        return w * (lo + hi) / (lo * hi), w / (lo * hi)
+        flat = ~np.isfinite(hi) | (hi <= lo)
+        hi1 = np.where(flat, 1.0, hi)
+        return (np.where(flat, w / lo, w * (lo + hi1) / (lo * hi1)),
+                np.where(flat, 0.0, w / (lo * hi1)))  # fmt: skip
 
     k_t, a = line(a_t, t_lo, t_hi)
     k_b, c = line(a_b, b_lo, b_hi)
@@ -235,7 +238,7 @@ def chord(problem: ChainProblem, tab: Tables, bnd: Bounds, incumbent: float) -> 
     b_lo = float(np.min(bnd.bottleneck(0, res)))
     if not (t_lo > 0 and b_lo > 0 and np.isfinite(t_lo)):
         return None
-    k, a, c = chord_lines(a_t, a_b, t_lo, b_lo, g * e_lo, incumbent)
+    k, a, c = (float(x) for x in chord_lines(a_t, a_b, t_lo, b_lo, g * e_lo, incumbent))
     lam = bnd.lam
     legal = tab.legal
     dur = np.where(legal, tab.dur, 0.0)
