@@ -168,6 +168,43 @@ def test_many_platforms_with_formats_equal_one_by_one(workers, monkeypatch):
     assert v1.fmt is None and v1.code is None
 
 
+@settings(max_examples=3, **SETTINGS)
+@given(st.integers(0, 2**31 - 1), st.sampled_from([np.inf, 1.0, 0.4]), st.sampled_from([0.0, 0.3]),
+       st.sampled_from([2, 100]))  # fmt: skip
+def test_three_devices_with_the_beam_and_the_coarse_chord_match_enumeration(
+    seed, budget, delta, beam
+):
+    """On three devices `solve_score` raises its incumbent with a beam search (`BEAM` labels
+    per block, ranked by their bounds with a coarse chord) and ends searches with the coarse
+    chord where it prunes every first label: the optimum must stay that of every (device,
+    format, code) assignment, also with a beam of 2 labels (cut at every block), and with the
+    beam's plans as the incumbent (one poor seed, no local search)."""
+    from hetjax.exact import _formats
+
+    rng = np.random.default_rng(seed)
+    g = _chain(rng)
+    key = jax.random.key(int(rng.integers(1 << 30)))
+    p = hj.hardware.unstack(hj.hardware.sample(key, 1, base="host3"))[0]
+    metrics = _enumerate(g, p)
+    ref = hj.evaluate(g, p, hj.reference_plan(g))
+    s = np.asarray(hj.score(metrics, ref, delta=delta, quality_budget=budget))
+    kw = dict(formats=(0, 1, 2), codes=(0, 1, 2), delta=delta, quality_budget=budget)
+    # with one seed and no local search the beam finds the incumbent: its plans decide
+    saved = _formats.BEAM, _formats.seeds, _formats.improve
+    _formats.BEAM = beam
+    _formats.seeds = lambda tab, *a, **k: saved[1](tab, *a, **k)[-1:]
+    _formats.improve = lambda fp, tab, sp, *a: (sp, float(_formats.scores(fp, tab, sp[None])[0]))
+    try:
+        plan, value = hj.exact.optimal_score(g, p, BATCHES, **kw)
+    finally:
+        _formats.BEAM, _formats.seeds, _formats.improve = saved
+    assert abs(value - s.max()) <= 1e-5 * max(1.0, abs(s.max())), (value, s.max())
+    m = hj.evaluate(g, p, plan)
+    assert float(m.quality_loss) <= budget and bool(m.feasible)
+    got = float(hj.score(m, ref, delta=delta, quality_budget=budget))
+    assert abs(got - value) <= 1e-5 * max(1.0, abs(value))
+
+
 def test_zero_idle_power_with_a_blocked_code_keeps_the_tables_finite_or_inf():
     """A coded transfer into a device without a codec is inf; with 0 W of idle power its
     energy must be inf too, not NaN (NaN bounds would prune every label)."""
@@ -378,6 +415,9 @@ def test_each_labels_chord_bounds_every_completion_that_beats_the_incumbent(
         e_lb, b_lb = bnd.energy(j, last, e, q, budget), bnd.bottleneck(j, res)
         args = (last, t, res[:, : tab.d], e, q, t_lb, b_lb, e_lb, q_lb)
         full, _ = lin.bound(j, *args)
+        # the coarse chord tried first (`_chord.first_chord`) bounds them too
+        coarse = _chord.state_chord(fp, tab, bnd, incumbent, *_chord.COARSE_CHORD)
+        np.testing.assert_array_less(score[beats], coarse.bound(j, *args)[0] + 1e-12)
         sample, _chord.SCREEN_SAMPLE = _chord.SCREEN_SAMPLE, 16  # screened on 3 blocks
         try:
             screened = lin.screened(j, *args)

@@ -23,7 +23,7 @@ from hetjax.exact._search import _simplex, chord_lines, score_terms
 if TYPE_CHECKING:
     from hetjax.exact._formats import FormatProblem, StateBounds, StateTables
 
-__all__ = ["StateChord", "state_chord"]
+__all__ = ["StateChord", "first_chord", "state_chord"]
 
 # points of the chord bound's grid of device weights by device count, the bounds' full grid
 # (120 points) otherwise: any weights give a valid bound (bert-base, formats and codes, budget
@@ -41,6 +41,12 @@ CHORD_SLOPES = 4
 # evenly spaced sample of this many, at most SCREEN_FORMS of them
 SCREEN_SAMPLE = 1024
 SCREEN_FORMS = 16
+# the coarse chord tried first when labels first reach the chord bound, where the full one
+# has more device weights: (slopes per axis, about this many device weights). Where it
+# prunes every label the full chord is not built (on `host3` two of the four batches
+# searched end at their first block this way: 0.25 / 0.8 s -> 0.04 / 0.08 s; (2, 15) and
+# (2, 45) prune too little there, 2026-11-30)
+COARSE_CHORD = (4, 45)
 
 # the quality budget's Lagrange multipliers, in units of the FP16 work per point (the chord
 # and `_formats.state_bounds`' latency and energy bounds)
@@ -164,9 +170,10 @@ class StateChord:
 
 
 def state_chord(fp: FormatProblem, tab: StateTables, bnd: StateBounds, incumbent: float,
-                points: int | None = None):  # fmt: skip
+                points: int | None = None, weights: int | None = None):  # fmt: skip
     """The `StateChord` at this batch against `incumbent` on a grid of `points` x `points`
-    chord slopes (default `CHORD_SLOPES`), or None where it cannot help."""
+    chord slopes (default `CHORD_SLOPES`) and about `weights` device weights (default
+    `CHORD_POINTS`), or None where it cannot help."""
     points = CHORD_SLOPES if points is None else points
     if not np.isfinite(incumbent):
         return None
@@ -196,7 +203,10 @@ def state_chord(fp: FormatProblem, tab: StateTables, bnd: StateBounds, incumbent
     c_bot = float(np.min(cc[cc > 0])) if np.any(cc > 0) else c_top
     a_grid = _slopes(a_bot, a_top, points)
     c_grid = _slopes(c_bot, c_top, points)
-    lam = _simplex(tab.d, CHORD_POINTS[tab.d]) if tab.d in CHORD_POINTS else bnd.lam
+    if weights is not None:
+        lam = _simplex(tab.d, weights)
+    else:
+        lam = _simplex(tab.d, CHORD_POINTS[tab.d]) if tab.d in CHORD_POINTS else bnd.lam
     legal = tab.legal
     dur = np.where(legal, tab.dur, 0.0)
     w = lam[:, tab.dev]  # [G, S]
@@ -238,3 +248,18 @@ def state_chord(fp: FormatProblem, tab: StateTables, bnd: StateBounds, incumbent
                       incumbent=incumbent, g=g, delta=fp.delta, lam=np.tile(lam, (mu.size, 1)),
                       mu=np.repeat(mu, lam.shape[0]), budget=float(budget),
                       h=np.ascontiguousarray(h))  # fmt: skip
+
+
+def first_chord(fp: FormatProblem, tab: StateTables, bnd: StateBounds, incumbent: float,
+                j: int, *labels) -> tuple[StateChord | None, bool]:  # fmt: skip
+    """(the chord at this batch or None, whether every label is pruned) when labels first
+    reach the chord bound at block j (`labels`: `StateChord.bound`'s arguments after j). A
+    coarse chord (`COARSE_CHORD`) is tried first where the full one has more device
+    weights: where it prunes every label, the full one is not built (None, True)."""
+    points, weights = COARSE_CHORD
+    full = CHORD_POINTS.get(tab.d, bnd.lam.shape[0])
+    if weights < full:
+        coarse = state_chord(fp, tab, bnd, incumbent, points, weights)
+        if coarse is not None and np.all(coarse.bound(j, *labels)[0] < incumbent):
+            return None, True
+    return state_chord(fp, tab, bnd, incumbent), False
