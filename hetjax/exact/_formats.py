@@ -460,7 +460,11 @@ def label_search(
     `DOMINANCE_CHUNK` labels of one; a group can hold 10^5 labels) and returns no
     plan, `complete` False and `bound` the largest upper bound of the labels the last finished
     block kept (every completion of a pruned label is bounded by a kept label's, or cannot beat
-    `incumbent`)."""
+    `incumbent`).
+
+    `beam` ("score" mode): a heuristic, not exact. Each block keeps at most `beam` labels,
+    those of largest score bound, with the bounds tightened by a coarse chord
+    (`_chord.COARSE_CHORD`): `solve_score` seeds its incumbent with its best plan."""
     m, d = tab.m, tab.d
     b = tab.batch
     bnd = state_bounds(tab, fp.quality_budget)
