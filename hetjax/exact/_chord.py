@@ -169,6 +169,14 @@ class StateChord:
         return out
 
 
+def _device_weights(tab: StateTables, bnd: StateBounds, weights: int | None = None):
+    """The chord's device weights f64[G, D]: about `weights` points on the simplex, by default
+    `CHORD_POINTS` (the bounds' own grid for device counts it does not list)."""
+    if weights is not None:
+        return _simplex(tab.d, weights)
+    return _simplex(tab.d, CHORD_POINTS[tab.d]) if tab.d in CHORD_POINTS else bnd.lam
+
+
 def state_chord(fp: FormatProblem, tab: StateTables, bnd: StateBounds, incumbent: float,
                 points: int | None = None, weights: int | None = None):  # fmt: skip
     """The `StateChord` at this batch against `incumbent` on a grid of `points` x `points`
@@ -203,10 +211,7 @@ def state_chord(fp: FormatProblem, tab: StateTables, bnd: StateBounds, incumbent
     c_bot = float(np.min(cc[cc > 0])) if np.any(cc > 0) else c_top
     a_grid = _slopes(a_bot, a_top, points)
     c_grid = _slopes(c_bot, c_top, points)
-    if weights is not None:
-        lam = _simplex(tab.d, weights)
-    else:
-        lam = _simplex(tab.d, CHORD_POINTS[tab.d]) if tab.d in CHORD_POINTS else bnd.lam
+    lam = _device_weights(tab, bnd, weights)
     legal = tab.legal
     dur = np.where(legal, tab.dur, 0.0)
     w = lam[:, tab.dev]  # [G, S]
@@ -257,8 +262,7 @@ def first_chord(fp: FormatProblem, tab: StateTables, bnd: StateBounds, incumbent
     coarse chord (`COARSE_CHORD`) is tried first where the full one has more device
     weights: where it prunes every label, the full one is not built (None, True)."""
     points, weights = COARSE_CHORD
-    full = CHORD_POINTS.get(tab.d, bnd.lam.shape[0])
-    if weights < full:
+    if len(_device_weights(tab, bnd, weights)) < len(_device_weights(tab, bnd)):
         coarse = state_chord(fp, tab, bnd, incumbent, points, weights)
         if coarse is not None and np.all(coarse.bound(j, *labels)[0] < incumbent):
             return None, True

@@ -596,13 +596,13 @@ def label_search(
                 ub = fp.chain.score_bound(b, t_lb, b_lb, e_lb) - fp.delta * q_lb
                 keep &= ub >= incumbent
                 at = np.flatnonzero(keep)
-                if want_lin and at.size and lin is None and beam is not None:
-                    lin = state_chord(fp, tab, bnd, incumbent, *COARSE_CHORD)  # (cheap)
-                    want_lin = lin is not None
                 if want_lin and at.size and lin is None:
-                    lin, gone = first_chord(fp, tab, bnd, incumbent, j, last[at], t[at],
-                                            res[at, :d], e[at], q[at], t_lb[at], b_lb[at],
-                                            e_lb[at], q_lb[at])  # fmt: skip
+                    if beam is not None:  # (the beam takes the cheap coarse chord)
+                        lin, gone = state_chord(fp, tab, bnd, incumbent, *COARSE_CHORD), False
+                    else:
+                        lin, gone = first_chord(fp, tab, bnd, incumbent, j, last[at], t[at],
+                                                res[at, :d], e[at], q[at], t_lb[at], b_lb[at],
+                                                e_lb[at], q_lb[at])  # fmt: skip
                     want_lin = lin is not None
                     if gone:  # (the coarse chord pruned them all: the search ends here)
                         keep[at] = False

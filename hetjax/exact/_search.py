@@ -508,6 +508,14 @@ def _dominated(keys, res, delta, floor, chunk: int = 256, stop=None) -> np.ndarr
                 ok &= (res_t[col, jj] <= res_t[col, ii]) | (reach_t[col, jj] <= floor[ii])
         return ok
 
+    def table(i, j, done, out):  # test `done` on every pair (i, j), written into `out`
+        kind, c = tests[done]
+        if kind == "key":
+            np.less_equal(key_t[c, j][None, :], key_t[c, i][:, None], out=out)
+        else:
+            np.less_equal(res_t[c, j][None, :], res_t[c, i][:, None], out=out)
+            out |= reach_t[c, j][None, :] <= floor[i][:, None]
+
     earlier = np.tri(chunk, chunk, -1, dtype=bool)  # [I, I]: label r after label c
     kept = np.zeros(0, np.int64)
     for lo in range(0, n, chunk):
@@ -516,24 +524,19 @@ def _dominated(keys, res, delta, floor, chunk: int = 256, stop=None) -> np.ndarr
         hi = min(n, lo + chunk)
         i = np.arange(lo, hi)
         j = np.concatenate([kept, i])
+        # the first test writes the table itself; kept labels all come before the chunk,
+        # within it only earlier labels are candidates
         dom = np.empty((i.size, j.size), bool)
-        tmp = np.empty_like(dom)
-        if not tests:
+        if tests:
+            table(i, j, 0, dom)
+        else:
             dom[:] = True
-            dom[:, kept.size :] &= earlier[: i.size, : i.size]
-        done = 0
+        dom[:, kept.size :] &= earlier[: i.size, : i.size]
+        tmp = np.empty_like(dom)
+        done = min(1, len(tests))
         while done < len(tests) and (done < 2 or np.count_nonzero(dom) > _SPARSE * dom.size):
-            kind, c = tests[done]
-            into = tmp if done else dom  # the first test writes the table itself
-            if kind == "key":
-                np.less_equal(key_t[c, j][None, :], key_t[c, i][:, None], out=into)
-            else:
-                np.less_equal(res_t[c, j][None, :], res_t[c, i][:, None], out=into)
-                into |= reach_t[c, j][None, :] <= floor[i][:, None]
-            if done:
-                dom &= tmp
-            else:  # kept labels all come before the chunk; within it, only earlier labels
-                dom[:, kept.size :] &= earlier[: i.size, : i.size]
+            table(i, j, done, tmp)
+            dom &= tmp
             done += 1
         if done == len(tests):
             out[lo:hi] = dom.any(axis=1)
