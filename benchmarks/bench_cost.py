@@ -23,6 +23,12 @@ the same plans without formats and codes (version 1.1's program) and with a rand
 and code per block, side by side and timed in turns, as one batched Plan and as the sweep
 (`jax.vmap` over platforms, one plan); writes benchmarks/results/cost_formats.json with each
 rate's ratio to version 1.1's.
+
+The simulator's chunk (`--chunk-sizes`, default none; `--chunk-only` runs just these): one
+batched Plan and the sweep at each B of `--chunk-batches` with `chunk=` each size (and B
+itself), timed in turns, each rate's ratio to chunk 1024's (the CPU default) and the largest
+relative difference of any metric from it; writes benchmarks/results/cost_chunk.json. On a
+GPU this is what sets `hetjax.cost.ACCELERATOR_CHUNK` (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import add_out_dir, machine, seconds_per_call, timeit, use_out_dir, write_json  # noqa: E402
 
 import hetjax as hj  # noqa: E402
+from hetjax.cost import default_chunk  # noqa: E402
 from hetjax.reference import evaluate_reference  # noqa: E402
 
 
@@ -141,6 +148,56 @@ def vmap_rows(model, platform, sizes, *, quick: bool) -> list[dict]:
     return rows
 
 
+def _max_rel_diff(a, b) -> float:
+    """Largest relative difference over every metric field (infinities must match)."""
+    worst = 0.0
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+        x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+        if not np.array_equal(np.isfinite(x), np.isfinite(y)):
+            return float("inf")
+        ok = np.isfinite(x)
+        d = np.abs(x[ok] - y[ok]) / np.maximum(np.abs(x[ok]), 1e-30)
+        worst = max(worst, float(d.max(initial=0.0)))
+    return worst
+
+
+def chunk_rows(model, platform, batches, chunks, *, quick: bool) -> list[dict]:
+    """One row per (path, B, chunk): the rate, its ratio to chunk 1024's, the metrics' largest
+    relative difference from chunk 1024's."""
+    g = hj.graphs.transformer(model, granularity="op")
+    rows = []
+    for b in batches:
+        plans = random_plans(jax.random.key(b), g, platform, b)
+        one = jax.tree.map(lambda x: x[0], plans)
+        ps = hj.hardware.sample(jax.random.key(b + 1), n=b, base=platform, spread=3.0)
+        sizes = sorted({1024, b, *(c for c in chunks if c <= b)})
+        fns, compile_s, out = {}, {}, {}
+        for c in sizes:
+            for path, fn, args in (
+                ("batched Plan", lambda g, p, x, c=c: hj.evaluate(g, p, x, chunk=c),
+                 (g, platform, plans)),
+                ("vmap over platforms (sweep)",
+                 jax.vmap(lambda g, p, x, c=c: hj.evaluate(g, p, x, chunk=c),
+                          in_axes=(None, 0, None)), (g, ps, one)),
+            ):  # fmt: skip
+                jf = jax.jit(fn)
+                t0 = time.perf_counter()
+                out[path, c] = jax.block_until_ready(jf(*args))
+                compile_s[path, c] = time.perf_counter() - t0
+                fns[path, c] = lambda jf=jf, args=args: jax.block_until_ready(jf(*args))
+        sec = time_in_turns(fns, repeats=3 if quick else 5, min_time=0.05 if quick else 0.3)
+        for (path, c), t in sec.items():
+            base = sec[path, 1024]
+            diff = _max_rel_diff(out[path, 1024], out[path, c])
+            rows.append(dict(path=path, B=b, chunk=c, rate=b / t, ratio=base / t,
+                             compile_s=compile_s[path, c], max_rel_diff=diff))  # fmt: skip
+            r = rows[-1]
+            print(f"B={b:7d} chunk={c:7d} {path:30s} {r['rate']:12,.0f}/s  "
+                  f"x{r['ratio']:.2f}  diff {r['max_rel_diff']:.1e}", flush=True)  # fmt: skip
+        del fns, out
+    return rows
+
+
 def format_rows(model, platform, sizes, *, quick: bool) -> list[dict]:
     """Version 1.1 vs 2.0 (a random format and code per block) on the same placements."""
     rows = []
@@ -206,6 +263,13 @@ def main(argv=None) -> dict:
     ap.add_argument("--format-sizes", default="1024,16384",
                     help="B for the cost model 2.0 rows; empty: skip them")  # fmt: skip
     ap.add_argument("--formats-only", action="store_true", help="run only the 2.0 rows")
+    ap.add_argument(
+        "--chunk-sizes",
+        default="",
+        help="chunks (plans per simulated scan) for the chunk rows; empty: skip them",
+    )
+    ap.add_argument("--chunk-batches", default="16384,65536", help="B for the chunk rows")
+    ap.add_argument("--chunk-only", action="store_true", help="run only the chunk rows")
     ap.add_argument("--quick", action="store_true", help="fewer repeats (smoke run)")
     args = ap.parse_args(argv)
     use_out_dir(args)
@@ -213,6 +277,24 @@ def main(argv=None) -> dict:
     sizes = [int(s) for s in args.sizes.split(",")]
     sharded_sizes = [int(s) for s in args.sharded_sizes.split(",")]
     platform = hj.hardware.preset(args.platform)
+    csizes = [int(s) for s in args.chunk_sizes.split(",") if s]
+    if csizes:
+        crows = chunk_rows(args.model, platform, [int(s) for s in args.chunk_batches.split(",")],
+                           csizes, quick=args.quick)  # fmt: skip
+        table = Table(title=f"the simulator's chunk: {args.model} (op graph) on {args.platform},"
+                      f" evaluations/s on {jax.default_backend()}")  # fmt: skip
+        for col in ("path", "B", "chunk", "evals/s", "x chunk 1024", "max rel. diff"):
+            table.add_column(col, justify="right")
+        for r in crows:
+            table.add_row(r["path"], str(r["B"]), str(r["chunk"]), f"{r['rate']:,.0f}",
+                          f"{r['ratio']:.2f}", f"{r['max_rel_diff']:.1e}")  # fmt: skip
+        Console(width=130).print(table)
+        cdoc = {"benchmark": "cost_chunk", "model": args.model, "platform": args.platform,
+                "backend": jax.default_backend(), "default_chunk": default_chunk(),
+                "machine": machine(), "rows": crows}  # fmt: skip
+        print("wrote", write_json("cost_chunk", cdoc))
+        if args.chunk_only:
+            return cdoc
     fsizes = [int(s) for s in args.format_sizes.split(",") if s]
     if fsizes:
         frows = format_rows(args.model, platform, fsizes, quick=args.quick)

@@ -53,10 +53,10 @@ from hetjax._validation import (
     traced,
 )
 from hetjax.cost import (
-    DEFAULT_CHUNK,
     DEFAULT_WEIGHTS,
     Plan,
     _device_terms,
+    default_chunk,
     evaluate,
     reference_plan,
     score,
@@ -186,8 +186,9 @@ def _rows(c: int) -> int:
 
 
 def _chunk(rows: int) -> int:
-    """Plans per simulated chunk: at most DEFAULT_CHUNK, chunks of equal size (no waste)."""
-    n_chunks = math.ceil(rows / DEFAULT_CHUNK)
+    """Plans per simulated chunk: at most `default_chunk()` (the backend's), chunks of equal
+    size (no waste)."""
+    n_chunks = math.ceil(rows / default_chunk())
     return math.ceil(rows / n_chunks)
 
 

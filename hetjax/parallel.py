@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, PartitionSpec
 
-from hetjax.cost import DEFAULT_CHUNK, Metrics, Plan, evaluate
+from hetjax.cost import Metrics, Plan, default_chunk, evaluate
 from hetjax.errors import DeviceError, PlanError
 from hetjax.graphs.core import LayerGraph
 from hetjax.hardware.core import Platform
@@ -82,7 +82,7 @@ def evaluate_sharded(
     plan: Plan,
     *,
     devices=None,
-    chunk: int = DEFAULT_CHUNK,
+    chunk: int | None = None,
 ) -> Metrics:
     """`evaluate` on many plans at once, the plans split evenly over `devices` (default: all
     of `jax.devices()`), which simulate their shares in parallel. Same `Metrics` (s, J,
@@ -92,6 +92,8 @@ def evaluate_sharded(
     device, it is `evaluate`.
     """
     devices = tuple(jax.devices() if devices is None else devices)
+    if chunk is None:  # the devices' backend's (1024 plans on CPUs, 65536 on GPUs)
+        chunk = default_chunk(devices[0].platform)
     placement = jnp.asarray(plan.placement, jnp.int32)
     if placement.ndim < 1 or placement.shape[-1] != graph.n_max:
         raise PlanError(

@@ -52,3 +52,18 @@ def test_clone_compile_table_is_the_checked_in_run():
         row = (f"| {r['teacher_platforms']} | {r['barrier_s']:.1f} | {r['constants_s']:.1f} | "
                f"{r['speedup']:.2f}x |")  # fmt: skip
         assert row in text, row
+
+
+def test_chunk_tables_are_the_checked_in_runs():
+    """docs/performance.md's "The chunk on a GPU": the H200 rows and this CPU's rows are
+    benchmarks/results/cost_chunk_gpu_h200.json's and cost_chunk.json's."""
+    import json
+
+    text = (ROOT / "docs/performance.md").read_text()
+    for name in ("cost_chunk_gpu_h200", "cost_chunk"):
+        doc = json.loads((ROOT / f"benchmarks/results/{name}.json").read_text())
+        assert doc["model"] == "bert-base" and doc["platform"] == "edge"
+        for r in doc["rows"]:
+            row = (f"| {r['path']} | {r['B']} | {r['chunk']} | {r['rate']:,.0f} | "
+                   f"{r['ratio']:.2f} |")  # fmt: skip
+            assert row in text, row

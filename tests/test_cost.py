@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import chex
@@ -218,3 +219,35 @@ def test_gradients_through_weight_streaming():
     assert np.isfinite(off).all() and not off.any()
     on = np.asarray(grad(jnp.asarray([2e10, 0.0])))
     assert np.isfinite(on).all() and on[0] < 0 and on[1] == 0
+
+
+def test_default_chunk_is_the_backends():
+    """1024 plans per chunk on CPUs (cache-sized), 65536 on GPUs and TPUs (a scan step's
+    launches cost the same for few plans and many); `hj.evaluate` uses it when not given."""
+    from hetjax.cost import ACCELERATOR_CHUNK, DEFAULT_CHUNK, default_chunk
+
+    assert (DEFAULT_CHUNK, ACCELERATOR_CHUNK) == (1024, 65536)
+    assert default_chunk("cpu") == DEFAULT_CHUNK
+    assert {default_chunk(b) for b in ("gpu", "cuda", "rocm", "tpu")} == {ACCELERATOR_CHUNK}
+    assert default_chunk() == default_chunk(jax.default_backend())
+
+
+def test_the_chunk_changes_no_metric():
+    """2,500 plans in chunks of 1024 (three, the last padded), of the backend's default, and
+    in one chunk of `ACCELERATOR_CHUNK`: the same metrics up to float32 rounding."""
+    from hetjax.cost import ACCELERATOR_CHUNK, DEFAULT_CHUNK
+
+    g, p = hst.tiny_model(), hj.hardware.pad(hj.hardware.preset("host3"), hst.MODEL_SHAPE[3])
+    rng = np.random.default_rng(0)
+    plans = hj.Plan.from_blocks(g, rng.integers(0, 3, (2500, g.m_max)), rng.uniform(1, 16, 2500))
+    run = jax.jit(hj.evaluate, static_argnames="chunk")
+    small, default = run(g, p, plans, chunk=DEFAULT_CHUNK), run(g, p, plans)
+    big = run(g, p, plans, chunk=ACCELERATOR_CHUNK)
+    assert np.isfinite(np.asarray(small.latency)).sum() > 1000  # most plans feasible
+    for f in (f.name for f in dataclasses.fields(hj.Metrics)):
+        a, b, c = (np.asarray(getattr(m, f)) for m in (small, default, big))
+        assert a.shape[0] == 2500, f
+        if jax.default_backend() == "cpu":
+            np.testing.assert_array_equal(a, b, err_msg=f)
+        # layer_time_std: a std of nearly equal block times, so rounding shows more there
+        np.testing.assert_allclose(c, a, rtol=1e-5 if f == "layer_time_std" else 1e-6, err_msg=f)
