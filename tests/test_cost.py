@@ -233,7 +233,7 @@ def test_default_chunk_is_the_backends():
 
 
 def test_the_chunk_changes_no_metric():
-    """2,500 plans in chunks of 1024 (three, the last padded), of the backend's default, and
+    """2,500 plans in chunks of at most 1024 (three of 834), of the backend's default, and
     in one chunk of `ACCELERATOR_CHUNK`: the same metrics up to float32 rounding."""
     from hetjax.cost import ACCELERATOR_CHUNK, DEFAULT_CHUNK
 
