@@ -27,7 +27,7 @@ rate's ratio to version 1.1's.
 The simulator's chunk (`--chunk-sizes`, default none; `--chunk-only` runs just these): one
 batched Plan and the sweep at each B of `--chunk-batches` with `chunk=` each size (and B
 itself), timed in turns, each rate's ratio to chunk 1024's (the CPU default) and the largest
-relative difference of any metric from it, and XLA's scratch memory per op and plan of a chunk;
+relative difference of any metric from it, and XLA's scratch memory of the call (bytes);
 writes benchmarks/results/cost_chunk.json. On a
 GPU this is what sets `hetjax.cost.ACCELERATOR_CHUNK` (docs/performance.md).
 """
@@ -185,7 +185,7 @@ def chunk_rows(model, platform, batches, chunks, *, quick: bool) -> list[dict]:
                 t0 = time.perf_counter()
                 out[path, c] = jax.block_until_ready(jf(*args))
                 compile_s[path, c] = time.perf_counter() - t0
-                # XLA's scratch memory of the compiled call (bytes), per op and plan of a chunk
+                # XLA's scratch memory of the compiled call (bytes: B's outputs and one chunk)
                 ma = jf.lower(*args).compile().memory_analysis()
                 scratch[path, c] = getattr(ma, "temp_size_in_bytes", float("nan"))
                 fns[path, c] = lambda jf=jf, args=args: jax.block_until_ready(jf(*args))
@@ -193,10 +193,9 @@ def chunk_rows(model, platform, batches, chunks, *, quick: bool) -> list[dict]:
         for (path, c), t in sec.items():
             base = sec[path, 1024]
             diff = _max_rel_diff(out[path, 1024], out[path, c])
-            per = scratch[path, c] / (g.n_max * c)
             rows.append(dict(path=path, B=b, chunk=c, rate=b / t, ratio=base / t,
                              compile_s=compile_s[path, c], max_rel_diff=diff,
-                             scratch_bytes_per_op_plan=per))  # fmt: skip
+                             scratch_bytes=scratch[path, c], ops=g.n_max))  # fmt: skip
             r = rows[-1]
             print(f"B={b:7d} chunk={c:7d} {path:30s} {r['rate']:12,.0f}/s  "
                   f"x{r['ratio']:.2f}  diff {r['max_rel_diff']:.1e}", flush=True)  # fmt: skip

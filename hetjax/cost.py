@@ -67,9 +67,9 @@ def default_chunk(backend: str | None = None) -> int:
     """Plans per simulated chunk when `chunk` is not given: `DEFAULT_CHUNK` (1024) on the CPU
     backend, `ACCELERATOR_CHUNK` (65536) on any other (GPU, TPU). `backend`: a JAX platform
     name ("cpu", "gpu", "cuda", "rocm", "tpu"); default `jax.default_backend()`. The chunk
-    changes speed and memory (50-65 bytes of scratch per op and plan of a chunk: at 65536 plans
-    0.6 GB for op-level bert-base, 1.8 GB for tinyllama-1.1b), not the metrics (equal up to
-    float32 rounding: tests/test_cost.py). Code placed on another backend than the default
+    changes speed and memory (XLA's scratch for a chunk of 65536 plans: 0.6-0.7 GB for
+    op-level bert-base, 1.8 GB for tinyllama-1.1b), not the metrics (equal up to float32
+    rounding: tests/test_cost.py). Code placed on another backend than the default
     one (`jax.default_device`) passes `chunk=` itself."""
     backend = jax.default_backend() if backend is None else backend
     return DEFAULT_CHUNK if backend == "cpu" else ACCELERATOR_CHUNK
