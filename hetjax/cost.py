@@ -4,10 +4,11 @@ the weight-streaming extension 1.1 (`Platform.weight_bw`; 0 = off = version 1, d
 `evaluate(graph, platform, plan)` simulates the list schedule of SPEC exactly. Plans may carry
 leading batch axes: many plans for one graph and platform are then simulated together in one
 `lax.scan` over ops, with the plans as the fast (last) axis of every array and processed in
-cache-sized chunks. `jax.vmap` over plans, platforms, graphs, any of their fields, or nestings
-of such vmaps runs the same chunked simulator (a `custom_vmap` rule folds each vmapped axis into
-the plan axis; platform and graph fields then carry a plan axis of their own, gathered chunk
-by chunk) and returns what evaluating each element alone returns. Reverse-mode derivatives
+chunks (`default_chunk()`: cache-sized on a CPU, large on a GPU or TPU). `jax.vmap` over
+plans, platforms, graphs, any of their fields, or nestings of such vmaps runs the same chunked
+simulator (a `custom_vmap` rule folds each vmapped axis into the plan axis; platform and graph
+fields then carry a plan axis of their own, gathered chunk by chunk) and returns what
+evaluating each element alone returns. Reverse-mode derivatives
 go through a `custom_vjp` (the plain simulator's), so jax.grad / jacrev work under vmap too;
 forward mode (jvp, jacfwd) is not available.
 """
@@ -59,19 +60,22 @@ DEFAULT_WEIGHTS = (0.6, 0.3, 0.1)  # (alpha, beta, gamma) of the SPEC objective
 DEFAULT_CHUNK = 1024  # plans simulated together on a CPU: a scan step's working set stays in L1/L2
 # On a GPU (or TPU) each step of the simulator's scan over ops is a few kernel launches whose
 # cost hardly depends on how many plans they hold: at 1024 plans an H200 ran 139k bert-base
-# evaluations/s at any B, at 65536 6.4-6.9M/s (docs/performance.md, "The chunk on a GPU").
+# evaluations/s at any B, at 65536 6.3-6.9M/s (docs/performance.md, "The chunk on a GPU").
 ACCELERATOR_CHUNK = 65536
 
 
 def default_chunk(backend: str | None = None) -> int:
     """Plans per simulated chunk when `chunk` is not given: `DEFAULT_CHUNK` (1024) on the CPU
     backend, `ACCELERATOR_CHUNK` (65536) on any other (GPU, TPU). `backend`: a JAX platform
-    name ("cpu", "gpu", "cuda", "rocm", "tpu"); default `jax.default_backend()`. The chunk
-    changes speed and memory (XLA's scratch for a chunk of 65536 plans: 0.6-0.7 GB for
-    op-level bert-base, 1.8 GB for tinyllama-1.1b), not the metrics (equal up to float32
-    rounding: tests/test_cost.py). Code placed on another backend than the default
-    one (`jax.default_device`) passes `chunk=` itself."""
-    backend = jax.default_backend() if backend is None else backend
+    name ("cpu", "gpu", "cuda", "rocm", "tpu"); default: the platform of
+    `jax.default_device` where one is set, else `jax.default_backend()`. The chunk changes
+    speed and memory (XLA's scratch for a chunk of 65536 plans: 0.6-0.7 GB for op-level
+    bert-base, 1.8 GB for tinyllama-1.1b), not the metrics (equal up to float32 rounding:
+    tests/test_cost.py). Code placed on a device by other means (`jax.device_put`, a sharding)
+    passes `chunk=` itself."""
+    if backend is None:
+        device = jax.config.jax_default_device  # None, a Device or a platform name
+        backend = getattr(device, "platform", device) or jax.default_backend()
     return DEFAULT_CHUNK if backend == "cpu" else ACCELERATOR_CHUNK
 
 

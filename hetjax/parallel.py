@@ -89,9 +89,12 @@ def evaluate_sharded(
     bytes) as `evaluate` up to float rounding, with the plan's leading axes (formats and codes
     of cost model 2.0 included). Call it from
     the host, not inside `jax.jit`. With one device, or fewer than two chunks of plans per
-    device, it is `evaluate`.
+    device, it is `evaluate` (`chunk`: default `hetjax.cost.default_chunk` of the devices'
+    platform, 1024 plans on CPUs, 65536 on GPUs, so GPUs shard from 131,072 plans each).
     """
     devices = tuple(jax.devices() if devices is None else devices)
+    if not devices:
+        raise DeviceError("evaluate_sharded: devices = (): expected at least one device")
     if chunk is None:  # the devices' backend's (1024 plans on CPUs, 65536 on GPUs)
         chunk = default_chunk(devices[0].platform)
     placement = jnp.asarray(plan.placement, jnp.int32)

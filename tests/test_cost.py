@@ -221,15 +221,32 @@ def test_gradients_through_weight_streaming():
     assert np.isfinite(on).all() and on[0] < 0 and on[1] == 0
 
 
-def test_default_chunk_is_the_backends():
+def test_default_chunk_is_the_backends(monkeypatch):
     """1024 plans per chunk on CPUs (cache-sized), 65536 on GPUs and TPUs (a scan step's
     launches cost the same for few plans and many); `hj.evaluate` uses it when not given."""
+    import hetjax.cost as cost
     from hetjax.cost import ACCELERATOR_CHUNK, DEFAULT_CHUNK, default_chunk
 
     assert (DEFAULT_CHUNK, ACCELERATOR_CHUNK) == (1024, 65536)
     assert default_chunk("cpu") == DEFAULT_CHUNK
     assert {default_chunk(b) for b in ("gpu", "cuda", "rocm", "tpu")} == {ACCELERATOR_CHUNK}
     assert default_chunk() == default_chunk(jax.default_backend())
+    # a GPU machine (its default backend) with the CPU as the default device: the CPU's chunk
+    monkeypatch.setattr(cost.jax, "default_backend", lambda: "gpu")
+    assert default_chunk() == ACCELERATOR_CHUNK
+    for device in (jax.devices("cpu")[0], "cpu"):
+        with jax.default_device(device):
+            assert default_chunk() == DEFAULT_CHUNK, device
+    # hj.evaluate without `chunk` simulates in chunks of default_chunk()
+    seen = []
+    flat = cost._evaluate_flat
+    monkeypatch.setattr(cost, "default_chunk", lambda: 3)
+    monkeypatch.setattr(cost, "_evaluate_flat", lambda *a, **k: seen.append(a[4]) or flat(*a, **k))
+    g, p = hst.tiny_model(), hj.hardware.pad(hj.hardware.preset("host3"), hst.MODEL_SHAPE[3])
+    plans = hj.Plan.from_blocks(g, np.zeros((5, g.m_max), int), 4.0)
+    hj.evaluate(g, p, plans)
+    hj.evaluate(g, p, plans, chunk=2)
+    assert seen == [3, 2]
 
 
 def test_the_chunk_changes_no_metric():
@@ -247,7 +264,10 @@ def test_the_chunk_changes_no_metric():
     for f in (f.name for f in dataclasses.fields(hj.Metrics)):
         a, b, c = (np.asarray(getattr(m, f)) for m in (small, default, big))
         assert a.shape[0] == 2500, f
-        if jax.default_backend() == "cpu":
+        if jax.default_backend() == "cpu":  # the default is 1024 here: the same program
             np.testing.assert_array_equal(a, b, err_msg=f)
+        else:
+            np.testing.assert_allclose(b, a, rtol=1e-5 if f == "layer_time_std" else 1e-6,
+                                       err_msg=f)  # fmt: skip
         # layer_time_std: a std of nearly equal block times, so rounding shows more there
         np.testing.assert_allclose(c, a, rtol=1e-5 if f == "layer_time_std" else 1e-6, err_msg=f)

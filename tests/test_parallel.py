@@ -90,3 +90,6 @@ def test_bad_plan_and_device_count_raise(tiny_graph, edge):
         hj.evaluate_sharded(tiny_graph, edge, hj.Plan(placement=np.zeros(3, int), batch=1.0))
     with pytest.raises(DeviceError, match="n must be >= 1"):
         hj.use_cpu_devices(0)
+    plan = hj.Plan.from_blocks(tiny_graph, np.ones((3, tiny_graph.m_max), int), 8.0)
+    with pytest.raises(DeviceError, match=r"devices = \(\)"):
+        hj.evaluate_sharded(tiny_graph, edge, plan, devices=())
