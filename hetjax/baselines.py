@@ -56,6 +56,7 @@ from hetjax.cost import (
     DEFAULT_WEIGHTS,
     Plan,
     _device_terms,
+    default_chunk,
     evaluate,
     reference_plan,
     score,
@@ -184,6 +185,15 @@ def _rows(c: int) -> int:
     return math.ceil((c + 1) / _BUCKET) * _BUCKET
 
 
+def _chunk(rows: int) -> int:
+    """Plans per simulated chunk: at most `default_chunk()` (the backend's), chunks of equal
+    size. Under the sweep's vmap over platforms this keeps R rows per chunk: on this CPU random
+    search's 1,568 rows ran 0.46-0.48 s per call of 64 platforms in chunks of 784 and 0.62-0.67 s
+    in chunks of 1024 (docs/performance.md, "The chunk on a GPU")."""
+    n_chunks = math.ceil(rows / default_chunk())
+    return math.ceil(rows / n_chunks)
+
+
 @jax.jit
 def _scores_rows(graph, platform, block_placement, batch, weights, fc=None, quality=None):
     """Scores f32[R] of R block placements int32[R, M] at batches f32[R] (weights f32[3],
@@ -197,10 +207,7 @@ def _scores_rows(graph, platform, block_placement, batch, weights, fc=None, qual
         placement=plans.placement.at[-1].set(ref.placement),
         batch=plans.batch.at[-1].set(ref.batch),
     )
-    # the backend's chunk, in equal chunks of every plan simulated at once: under the sweep's
-    # vmap over platforms and weights, all of them, not R rows per chunk (on a GPU a scan step
-    # costs about the same for few plans and many: docs/performance.md)
-    m = evaluate(graph, platform, plans)
+    m = evaluate(graph, platform, plans, chunk=_chunk(block_placement.shape[0]))
     ref_m = jax.tree.map(lambda x: x[-1], m)
     if quality is None:
         return score(m, ref_m, weights)
