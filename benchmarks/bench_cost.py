@@ -181,14 +181,14 @@ def chunk_rows(model, platform, batches, chunks, *, quick: bool) -> list[dict]:
                  jax.vmap(lambda g, p, x, c=c: hj.evaluate(g, p, x, chunk=c),
                           in_axes=(None, 0, None)), (g, ps, one)),
             ):  # fmt: skip
-                jf = jax.jit(fn)
                 t0 = time.perf_counter()
-                out[path, c] = jax.block_until_ready(jf(*args))
+                compiled = jax.jit(fn).lower(*args).compile()
+                out[path, c] = jax.block_until_ready(compiled(*args))
                 compile_s[path, c] = time.perf_counter() - t0
                 # XLA's scratch memory of the compiled call (bytes: B's outputs and one chunk)
-                ma = jf.lower(*args).compile().memory_analysis()
+                ma = compiled.memory_analysis()
                 scratch[path, c] = getattr(ma, "temp_size_in_bytes", float("nan"))
-                fns[path, c] = lambda jf=jf, args=args: jax.block_until_ready(jf(*args))
+                fns[path, c] = lambda f=compiled, args=args: jax.block_until_ready(f(*args))
         sec = time_in_turns(fns, repeats=3 if quick else 5, min_time=0.05 if quick else 0.3)
         for (path, c), t in sec.items():
             base = sec[path, 1024]

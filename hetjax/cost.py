@@ -8,9 +8,9 @@ chunks (`default_chunk()`: cache-sized on a CPU, large on a GPU or TPU). `jax.vm
 plans, platforms, graphs, any of their fields, or nestings of such vmaps runs the same chunked
 simulator (a `custom_vmap` rule folds each vmapped axis into the plan axis; platform and graph
 fields then carry a plan axis of their own, gathered chunk by chunk) and returns what
-evaluating each element alone returns. Reverse-mode derivatives
-go through a `custom_vjp` (the plain simulator's), so jax.grad / jacrev work under vmap too;
-forward mode (jvp, jacfwd) is not available.
+evaluating each element alone returns. Reverse-mode derivatives go through a `custom_vjp` (the
+plain simulator's), so jax.grad / jacrev work under vmap too; forward mode (jvp, jacfwd) is not
+available.
 """
 
 from __future__ import annotations
@@ -1000,10 +1000,9 @@ def evaluate(
     Pure and jittable. `plan` may have leading batch axes (many plans for this graph and
     platform, simulated together in ceil(B / chunk) chunks of equal size, at most `chunk`
     plans each; default `default_chunk()`: 1024 on a CPU, 65536 on a GPU or TPU); the result
-    then has the same leading axes.
-    Differentiable w.r.t. the platform's float fields. `jax.vmap` over graph, platform, plan
-    (or any mix, nested) runs the chunked simulator of a batched plan; rates of every path
-    are in docs/performance.md.
+    then has the same leading axes. Differentiable w.r.t. the platform's float fields.
+    `jax.vmap` over graph, platform, plan (or any mix, nested) runs the chunked simulator of a
+    batched plan; rates of every path are in docs/performance.md.
 
     Concrete inputs are validated first (graph, platform and batch: `GraphError`,
     `PlatformError`, `PlanError`); traced ones (inside jit / vmap) only by shape.

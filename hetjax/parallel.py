@@ -95,7 +95,7 @@ def evaluate_sharded(
     devices = tuple(jax.devices() if devices is None else devices)
     if not devices:
         raise DeviceError("evaluate_sharded: devices = (): expected at least one device")
-    if chunk is None:  # the devices' backend's (1024 plans on CPUs, 65536 on GPUs)
+    if chunk is None:
         chunk = default_chunk(devices[0].platform)
     placement = jnp.asarray(plan.placement, jnp.int32)
     if placement.ndim < 1 or placement.shape[-1] != graph.n_max:
