@@ -186,11 +186,19 @@ def _rows(c: int) -> int:
 
 
 def _chunk(rows: int) -> int:
-    """Plans per simulated chunk: at most `default_chunk()` (the backend's), chunks of equal
-    size. Under the sweep's vmap over platforms this keeps R rows per chunk: on this CPU random
-    search's 1,568 rows ran 0.46-0.48 s per call of 64 platforms in chunks of 784 and 0.62-0.67 s
-    in chunks of 1024 (docs/performance.md, "The chunk on a GPU")."""
-    n_chunks = math.ceil(rows / default_chunk())
+    """Plans per simulated chunk for R = `rows` rows, with c = `default_chunk()` (the backend's):
+    R >= c: chunks of equal size, at most c; R < c: the most whole multiples of R that fit in c.
+    Alone the R rows are one chunk either way; under the sweep's vmap over platforms (which
+    folds into the plan axis) every chunk then holds whole platforms' rows. On this CPU, per
+    call of 64 platforms x 3 weights: random search's 1,568 rows 0.45 s in chunks of 784 (0.62 s
+    in chunks of 1024); CEM 1.72 s with its 224 rows in chunks of 896 (2.12 s in chunks of 224;
+    1.55 s with 193 rows in chunks of 965, as `_cem` now scores); a rule's 32 rows 0.013 s in
+    chunks of 1024 (0.033 s in chunks of 32); the same plans (docs/performance.md, "The
+    baselines' chunk under vmap")."""
+    c = default_chunk()
+    if rows < c:
+        return rows * (c // rows)
+    n_chunks = math.ceil(rows / c)
     return math.ceil(rows / n_chunks)
 
 
@@ -234,10 +242,12 @@ def _pick(graph, block_placement, batch, scores, c, fc=None):
     return Plan.from_blocks(graph, block_placement[i], batch[i], fmt=fmt, code=code), scores[i]
 
 
-def _padded_scores(graph, platform, block_placement, batch, weights, fc=None, quality=None):
+def _padded_scores(
+    graph, platform, block_placement, batch, weights, fc=None, quality=None, rows=None
+):
     bp = jnp.asarray(block_placement)
     c = bp.shape[0]
-    bp, batch, fc = _pad_rows(bp, jnp.asarray(batch), _rows(c), fc)
+    bp, batch, fc = _pad_rows(bp, jnp.asarray(batch), _rows(c) if rows is None else rows, fc)
     s = _scores_rows(graph, platform, bp, batch, _weight_array(weights), fc, quality)
     return bp, batch, fc, s
 
@@ -747,11 +757,17 @@ def _cem(
     width, lo = max(d, n_b), jnp.finfo(jnp.float32).min
 
     def scores(ch, bi):
+        # the population and the reference row, unpadded: candidate_scores' padding to 32 rows
+        # shares compilations between strategies, which one compiled search does not need
+        # (the same scores, 7% faster per sweep call; docs/performance.md)
         if v1:
-            return candidate_scores(graph, platform, ch, bvals[bi], weights)
-        bp, f, c = _split(ch, platform.d_max, formats, codes)
-        return candidate_scores(graph, platform, bp, bvals[bi], weights, fmt=f, code=c,
-                                delta=quality[0], quality_budget=quality[1])  # fmt: skip
+            fc, q = None, None
+            bp = ch
+        else:
+            bp, f, c = _split(ch, platform.d_max, formats, codes)
+            fc, q = _quality_args(f, c, quality[0], quality[1])
+        out = _padded_scores(graph, platform, bp, bvals[bi], weights, fc, q, rows=population + 1)
+        return out[3][:population]
 
     def step(s: _CemState, xs):
         it, k = xs

@@ -264,3 +264,30 @@ def test_simulations_counts_the_candidates_each_strategy_scores(tiny, monkeypatc
     assert bl.simulations("cem", 6, 2) == 192 * 8
     with pytest.raises(hj.UnknownNameError):
         bl.simulations("greedy", 6, 2)
+
+
+@pytest.mark.parametrize("c", [1024, 65536])
+def test_the_chunk_holds_whole_rows_or_equal_parts(monkeypatch, c):
+    """Under a vmap over platforms every chunk holds whole platforms' rows (R < c) or an equal
+    part of one platform's rows (R >= c), never more than the backend's chunk."""
+    monkeypatch.setattr(bl, "default_chunk", lambda: c)
+    for rows in (1, 13, 32, 193, 224, 1000, 1023, 1024, 1025, 1568, 5000, 65537):
+        k = bl._chunk(rows)
+        assert 0 < k <= c, (rows, k)
+        if rows < c:
+            assert k % rows == 0 and k + rows > c, (rows, k)
+        else:
+            n = -(-rows // k)
+            assert n == -(-rows // c) and n * k - rows < n, (rows, k)
+
+
+@pytest.mark.parametrize("name", ["cem", "random_search", "greedy_eft"])
+def test_vmapped_over_platforms_each_plan_is_the_platforms_own(tiny, stack, plans, name):
+    """The vmap over 13 platforms folds every platform's candidates into shared chunks: each
+    platform still gets the plan the strategy gives it alone."""
+    kw = _kwargs(name, D_PAD)
+    alone = jax.jit(lambda p: bl.STRATEGIES[name](KEY, tiny, p, BATCHES, **kw))
+    for i in (0, 3, 12):
+        plan = alone(jax.tree.map(lambda x, i=i: x[i], stack))
+        np.testing.assert_array_equal(plan.placement, plans[name].placement[i], err_msg=name)
+        assert float(plan.batch) == float(plans[name].batch[i]), name
