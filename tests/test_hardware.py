@@ -8,6 +8,8 @@ import jax
 import numpy as np
 import pytest
 import strategies as hst
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import hetjax as hj
 from hetjax.graphs import CONTROL
@@ -218,3 +220,38 @@ def test_hardware_page_is_the_generators_output():
 
     page = (ROOT / "docs" / "hardware.md").read_text()
     assert page == load_script("scripts/hardware_table.py").render()
+
+
+FAULTS = [float("nan"), float("inf"), -1.0, 0.0, 2.0]
+
+
+FIELDS = ["mem_bw", "launch", "mem_capacity", "p_busy", "weight_bw", "codec_bw", "peak",
+          "fmt_speedup", "link_bw", "link_latency", "link_energy", "device_mask"]  # fmt: skip
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    field=st.sampled_from(FIELDS),
+    at=st.integers(0, 10_000),
+    value=st.sampled_from(FAULTS),
+    padded=st.booleans(),
+)
+def test_a_stack_is_checked_at_once_as_platform_by_platform(field, at, value, padded):
+    """`validate`'s whole-stack test (`_all_valid`) passes a stack exactly when every platform
+    passes the per-platform checks, which name the fault: one element of one field set to a
+    bad (or harmless) value, on a stack with or without a padding device."""
+    from hetjax.hardware.core import _all_valid, _host, _validate_one
+
+    ps = hj.hardware.stack([hj.hardware.preset(n) for n in ("host3", "host3", "edge")])
+    a = {k: v.copy() for k, v in _host(ps).items()}
+    if padded:  # edge's third slot is already padding; hide host3's NPU on the second too
+        a["device_mask"][1, 2] = False
+    flat = a[field].reshape(-1)
+    flat[at % flat.size] = bool(value) if field == "device_mask" else value
+    per_platform = True
+    for i in range(3):
+        try:
+            _validate_one({k: v[i] for k, v in a.items()}, "p")
+        except hj.PlatformError:
+            per_platform = False
+    assert _all_valid(a) == per_platform
