@@ -4,8 +4,9 @@ Compiling the cost model dominates the run time (seconds per program), so the be
 run every strategy once, vmapped over one stack of 13 platforms padded to 3 devices: the four
 presets, edge with an NPU that cannot run ATTN, and 8 platforms sampled around host3.
 Candidate counts below 32 share one compiled simulation (`candidate_scores` pads to 32 rows),
-so the searches get small budgets here and plans are scored with `candidate_scores` under the
-same batching as inside the strategies. The unbatched path is covered on a 2-op toy chain.
+so the searches get small budgets here (CEM scores its population and the reference row
+unpadded inside its own compiled search) and plans are scored with `candidate_scores` under
+the same batching as inside the strategies. The unbatched path is covered on a 2-op toy chain.
 """
 
 import chex
@@ -34,7 +35,8 @@ def _block_placement(graph, plan):
 
 
 def _kwargs(name, d):
-    """Small search budgets: k * B = 18 or 12 candidates share the 32-row simulation."""
+    """Small search budgets: random search's k * B = 18 or 12 candidates share the 32-row
+    simulation; CEM scores 12 + 1 rows per round."""
     return {"random_search": {"k": d}, "cem": {"population": 12, "iterations": 3}}.get(name, {})
 
 
