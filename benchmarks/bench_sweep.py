@@ -8,8 +8,11 @@ optimum) with `-n` platforms instead of 10,000, run by `hj.sweep.run` once per e
 `--workers` (1: this process, no Ray; N > 1: a local Ray instance with N workers, its start
 included), each into a fresh folder, with the persistent compilation cache on as the CLI has
 it (the first run fills it). Reports wall seconds, configurations per second, the seconds per
-method (the table's `wall_s`, summed) and the projection to 10,000 platforms, and checks that
-every run gives the same table. Writes benchmarks/results/sweep_n<N>.json.
+method (the table's `wall_s`, summed), the projection to 10,000 platforms and the cores busy
+(the whole machine's busy CPU time over the run's wall time, from /proc/stat: one process of
+this sweep keeps more than one core busy, which bounds what N workers can add on an N-core
+machine), and checks that every run gives the same table. Writes
+benchmarks/results/sweep_n<N>.json.
 """
 
 from __future__ import annotations
@@ -49,6 +52,17 @@ def _same(a, b) -> bool:
     return a.num_rows == b.num_rows
 
 
+def _busy_cpu_s() -> float | None:
+    """Busy CPU seconds of the whole machine since boot (all cores; Linux /proc/stat), or None."""
+    try:
+        with open("/proc/stat") as f:
+            ticks = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)  # idle + iowait
+    return (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_out_dir(ap)
@@ -75,9 +89,9 @@ def main(argv=None) -> None:
     for w in (int(x) for x in args.workers.split(",")):
         load_before = os.getloadavg()  # `uptime`'s load averages: the machine is shared
         with tempfile.TemporaryDirectory() as tmp:
-            t0 = time.perf_counter()
+            busy0, t0 = _busy_cpu_s(), time.perf_counter()
             table = hj.sweep.run(spec, Path(tmp) / "out", workers=w, progress=False)
-            wall = time.perf_counter() - t0
+            wall, busy1 = time.perf_counter() - t0, _busy_cpu_s()
         tables.append(table)
         methods = table["method"].to_numpy(zero_copy_only=False)
         per = table["wall_s"].to_numpy()
@@ -85,18 +99,21 @@ def main(argv=None) -> None:
             "workers": w, "ray": w > 1, "wall_s": wall, "configs_per_s": configs / wall,
             "load_avg_before": list(load_before), "load_avg_after": list(os.getloadavg()),
             "projected_10k_s": wall * 10000 / args.n,
+            "cores_busy": None if busy0 is None else (busy1 - busy0) / wall,
             "method_s": {m: float(per[methods == m].sum()) for m in dict.fromkeys(methods)},
         })  # fmt: skip
     same = all(_same(tables[0], t) for t in tables[1:])
     console = Console()
     t = Table(title=f"sweep: {args.n} platforms around edge x {len(spec.weights)} weights x "
               f"({', '.join(spec.methods)}), bert-base, shard size {args.shard_size}")  # fmt: skip
-    for col in ("workers", "wall s", "configs/s", "x first", "projected 10k platforms (min)"):
+    for col in ("workers", "wall s", "configs/s", "x first", "projected 10k platforms (min)",
+                "cores busy"):  # fmt: skip
         t.add_column(col, justify="right")
     for r in rows:
+        busy = "-" if r["cores_busy"] is None else f"{r['cores_busy']:.2f}"
         t.add_row(f"{r['workers']}{' (Ray)' if r['ray'] else ''}", f"{r['wall_s']:.1f}",
                   f"{r['configs_per_s']:.2f}", f"{rows[0]['wall_s'] / r['wall_s']:.2f}",
-                  f"{r['projected_10k_s'] / 60:.1f}")  # fmt: skip
+                  f"{r['projected_10k_s'] / 60:.1f}", busy)  # fmt: skip
     console.print(t)
     m = Table(title="seconds per method (sum of wall_s, first run)")
     m.add_column("method")

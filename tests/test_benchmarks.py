@@ -67,3 +67,28 @@ def test_chunk_tables_are_the_checked_in_runs():
             row = (f"| {r['path']} | {r['B']} | {r['chunk']} | {r['rate']:,.0f} | "
                    f"{r['ratio']:.2f} |")  # fmt: skip
             assert row in text, row
+
+
+def test_sweep_tables_are_the_checked_in_runs():
+    """docs/sweep.md's forty-eighth-session table and its 1024-platform numbers are
+    benchmarks/results/sweep_n10000_2026-11-30_80f4e6c.json's and
+    sweep_n1024_2026-11-30_cores.json's rows."""
+    import json
+
+    text = " ".join((ROOT / "docs/sweep.md").read_text().split())
+    res = ROOT / "benchmarks/results"
+    doc = json.loads((res / "sweep_n10000_2026-11-30_80f4e6c.json").read_text())
+    one, two = doc["rows"]
+    assert doc["identical_tables"] and (one["workers"], two["workers"]) == (1, 2)
+    assert (f"| 1 (one process) | **{one['wall_s']:.1f} ({one['wall_s'] / 60:.1f} min)** | "
+            f"{one['configs_per_s']:.1f} | 1.00 |") in text  # fmt: skip
+    ratio = one["wall_s"] / two["wall_s"]
+    assert (f"| 2 (local Ray) | **{two['wall_s']:.1f} ({two['wall_s'] / 60:.1f} min)** | "
+            f"{two['configs_per_s']:.1f} | **{ratio:.2f}** |") in text  # fmt: skip
+    assert f"CEM {one['method_s']['cem']:.1f} s" in text
+    small = json.loads((res / "sweep_n1024_2026-11-30_cores.json").read_text())
+    one, two = small["rows"]
+    assert small["identical_tables"]
+    assert (f"{one['wall_s']:.1f} s in one process with {one['cores_busy']:.2f} cores busy, "
+            f"{two['wall_s']:.1f} s on two workers with {two['cores_busy']:.2f} "
+            f"({one['wall_s'] / two['wall_s']:.2f}x;") in text  # fmt: skip
