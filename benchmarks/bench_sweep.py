@@ -99,7 +99,7 @@ def main(argv=None) -> None:
             "workers": w, "ray": w > 1, "wall_s": wall, "configs_per_s": configs / wall,
             "load_avg_before": list(load_before), "load_avg_after": list(os.getloadavg()),
             "projected_10k_s": wall * 10000 / args.n,
-            "cores_busy": None if busy0 is None else (busy1 - busy0) / wall,
+            "cores_busy": None if None in (busy0, busy1) else (busy1 - busy0) / wall,
             "method_s": {m: float(per[methods == m].sum()) for m in dict.fromkeys(methods)},
         })  # fmt: skip
     same = all(_same(tables[0], t) for t in tables[1:])

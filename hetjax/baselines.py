@@ -30,7 +30,8 @@ thin host wrapper (argument checks) around jitted pieces, so it runs fast eagerl
 `jax.vmap(strategy, in_axes=(None, None, 0, None))(key, graph, sampled_platforms, batches)`.
 Candidates are scored by `candidate_scores`, which pads their count to a multiple of 32 rows:
 called eagerly, every strategy with fewer than 32 candidates (all but the searches at their
-default budgets) reuses one compiled simulation per (graph, platform) shape.
+default budgets) reuses one compiled simulation per (graph, platform) shape. CEM scores its
+population and the reference row unpadded inside its own compiled search.
 """
 
 from __future__ import annotations
@@ -189,12 +190,13 @@ def _chunk(rows: int) -> int:
     """Plans per simulated chunk for R = `rows` rows, with c = `default_chunk()` (the backend's):
     R >= c: chunks of equal size, at most c; R < c: the most whole multiples of R that fit in c.
     Alone the R rows are one chunk either way; under the sweep's vmap over platforms (which
-    folds into the plan axis) every chunk then holds whole platforms' rows. On this CPU, per
-    call of 64 platforms x 3 weights: random search's 1,568 rows 0.45 s in chunks of 784 (0.62 s
-    in chunks of 1024); CEM 1.72 s with its 224 rows in chunks of 896 (2.12 s in chunks of 224;
-    1.55 s with 193 rows in chunks of 965, as `_cem` now scores); a rule's 32 rows 0.013 s in
-    chunks of 1024 (0.033 s in chunks of 32); the same plans (docs/performance.md, "The
-    baselines' chunk under vmap")."""
+    folds into the plan axis) chunks then span several platforms' rows (whole platforms where
+    the count of chunks divides theirs: `hj.evaluate` splits B plans into ceil(B / chunk) equal
+    chunks). On this CPU, per call of 64 platforms x 3 weights: random search's 1,568 rows
+    0.45 s in chunks of 784 (0.62 s in chunks of 1024); CEM 1.72 s with its 224 rows in chunks
+    of 896 (2.12 s in chunks of 224; 1.55 s with 193 rows and 965 passed, i.e. 39 chunks of 951,
+    as `_cem` now scores); a rule's 32 rows 0.013 s in chunks of 1024 (0.033 s in chunks of
+    32); the same plans (docs/performance.md, "The baselines' chunk under vmap")."""
     c = default_chunk()
     if rows < c:
         return rows * (c // rows)

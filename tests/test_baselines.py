@@ -270,8 +270,8 @@ def test_simulations_counts_the_candidates_each_strategy_scores(tiny, monkeypatc
 
 @pytest.mark.parametrize("c", [1024, 65536])
 def test_the_chunk_holds_whole_rows_or_equal_parts(monkeypatch, c):
-    """Under a vmap over platforms every chunk holds whole platforms' rows (R < c) or an equal
-    part of one platform's rows (R >= c), never more than the backend's chunk."""
+    """The chunk passed for R rows: whole multiples of R (R < c) or an equal part of them
+    (R >= c), never more than the backend's chunk c."""
     monkeypatch.setattr(bl, "default_chunk", lambda: c)
     for rows in (1, 13, 32, 193, 224, 1000, 1023, 1024, 1025, 1568, 5000, 65537):
         k = bl._chunk(rows)
@@ -293,3 +293,22 @@ def test_vmapped_over_platforms_each_plan_is_the_platforms_own(tiny, stack, plan
         plan = alone(jax.tree.map(lambda x, i=i: x[i], stack))
         np.testing.assert_array_equal(plan.placement, plans[name].placement[i], err_msg=name)
         assert float(plan.batch) == float(plans[name].batch[i]), name
+
+
+def test_cem_scores_unpadded_what_candidate_scores_gives(tiny):
+    """CEM scores its population and the reference row without padding to 32 rows: the same
+    scores as `candidate_scores`, bit for bit, without and with formats, codes and a budget."""
+    p = hj.hardware.preset("host3")
+    k1, k2, k3 = jax.random.split(jax.random.key(3), 3)
+    pop, m = 40, tiny.m_max
+    bp = jax.random.randint(k1, (pop, m), 0, 3) * bl.block_legal(tiny, p).all(axis=1)
+    b = jax.random.choice(k2, jnp.asarray(BATCHES, jnp.float32), (pop,))
+    w = jnp.asarray(bl.DEFAULT_WEIGHTS, jnp.float32)
+    unpadded = jax.jit(lambda *a: bl._padded_scores(*a, rows=pop + 1)[3][:pop])
+    v1 = bl.candidate_scores(tiny, p, bp, b, w)
+    np.testing.assert_array_equal(unpadded(tiny, p, bp, b, w), v1)
+    fmt, code = (jax.random.randint(k, (pop, m), 0, 3) for k in jax.random.split(k3))
+    fc, q = bl._quality_args(fmt, code, 0.05, 1.0)
+    v2 = bl.candidate_scores(tiny, p, bp, b, w, fmt=fmt, code=code, delta=0.05, quality_budget=1.0)
+    np.testing.assert_array_equal(unpadded(tiny, p, bp, b, w, fc, q), v2)
+    assert np.isfinite(v1).sum() > 20 and np.isfinite(v2).sum() > 0  # not all -inf

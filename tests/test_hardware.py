@@ -8,7 +8,7 @@ import jax
 import numpy as np
 import pytest
 import strategies as hst
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import hetjax as hj
@@ -225,8 +225,9 @@ def test_hardware_page_is_the_generators_output():
 FAULTS = [float("nan"), float("inf"), -1.0, 0.0, 2.0]
 
 
-FIELDS = ["mem_bw", "launch", "mem_capacity", "p_busy", "weight_bw", "codec_bw", "peak",
-          "fmt_speedup", "link_bw", "link_latency", "link_energy", "device_mask"]  # fmt: skip
+FIELDS = ["mem_bw", "launch", "mem_capacity", "p_busy", "p_idle", "b_half", "weight_bw",
+          "codec_bw", "peak", "fmt_speedup", "link_bw", "link_latency", "link_energy",
+          "device_mask"]  # fmt: skip
 
 
 @settings(max_examples=60, deadline=None)
@@ -235,23 +236,36 @@ FIELDS = ["mem_bw", "launch", "mem_capacity", "p_busy", "weight_bw", "codec_bw",
     at=st.integers(0, 10_000),
     value=st.sampled_from(FAULTS),
     padded=st.booleans(),
+    row=st.booleans(),
 )
-def test_a_stack_is_checked_at_once_as_platform_by_platform(field, at, value, padded):
-    """`validate`'s whole-stack test (`_all_valid`) passes a stack exactly when every platform
-    passes the per-platform checks, which name the fault: one element of one field set to a
-    bad (or harmless) value, on a stack with or without a padding device."""
+# each check of `_validate_one` that one random fault rarely reaches, once for certain:
+@example(field="peak", at=4, value=0.0, padded=False, row=True)  # a real device runs nothing
+@example(field="fmt_speedup", at=12, value=2.0, padded=False, row=False)  # FP16 speedup != 1
+@example(field="peak", at=20, value=0.0, padded=False, row=False)  # the host lacks a class
+@example(field="device_mask", at=3, value=0.0, padded=False, row=False)  # no host device
+def test_a_stack_is_checked_at_once_as_platform_by_platform(field, at, value, padded, row):
+    """`validate`'s whole-stack test (`_all_valid`) passes a stack, or one platform alone,
+    exactly when the per-platform checks (which name the fault) pass: one element of one field,
+    or one device's whole row of it, set to a bad (or harmless) value, on a stack with or
+    without a padding device."""
     from hetjax.hardware.core import _all_valid, _host, _validate_one
 
     ps = hj.hardware.stack([hj.hardware.preset(n) for n in ("host3", "host3", "edge")])
     a = {k: v.copy() for k, v in _host(ps).items()}
     if padded:  # edge's third slot is already padding; hide host3's NPU on the second too
         a["device_mask"][1, 2] = False
-    flat = a[field].reshape(-1)
-    flat[at % flat.size] = bool(value) if field == "device_mask" else value
-    per_platform = True
+    v = bool(value) if field == "device_mask" else value
+    if row:  # e.g. peak[i, d, :] = 0: a real device that runs nothing
+        a[field][at % 3, (at // 3) % 3, ...] = v
+    else:
+        a[field].reshape(-1)[at % a[field].size] = v
+    each = []
     for i in range(3):
+        one = {k: x[i] for k, x in a.items()}
         try:
-            _validate_one({k: v[i] for k, v in a.items()}, "p")
+            _validate_one(one, "p")
+            each.append(True)
         except hj.PlatformError:
-            per_platform = False
-    assert _all_valid(a) == per_platform
+            each.append(False)
+        assert _all_valid(one) == each[-1], i  # one platform, fields [D, ...]
+    assert _all_valid(a) == all(each)
