@@ -762,10 +762,8 @@ def _cem(
         # the population and the reference row, unpadded: candidate_scores' padding to 32 rows
         # shares compilations between strategies, which one compiled search does not need
         # (the same scores, 7% faster per sweep call; docs/performance.md)
-        if v1:
-            fc, q = None, None
-            bp = ch
-        else:
+        bp, fc, q = ch, None, None
+        if not v1:  # cost model 2.0: the choices are (device, format, code) triples
             bp, f, c = _split(ch, platform.d_max, formats, codes)
             fc, q = _quality_args(f, c, quality[0], quality[1])
         out = _padded_scores(graph, platform, bp, bvals[bi], weights, fc, q, rows=population + 1)
