@@ -148,9 +148,12 @@ def _formats_table(rows: list[dict]) -> None:
 
 
 def _peak_labels(stats: dict) -> int:
-    """The most labels any block of any searched batch kept."""
+    """The most labels any block of any searched batch kept (also in the search without the
+    quality budget, `without_budget`)."""
     counts = [max(v["labels_per_block"] or [0]) for v in stats["per_batch"].values()
               if not v.get("skipped")]  # fmt: skip
+    counts += [max(v["without_budget"]["labels_per_block"] or [0])
+               for v in stats["per_batch"].values() if "without_budget" in v]  # fmt: skip
     return int(max(counts, default=0))
 
 

@@ -428,3 +428,85 @@ def test_each_labels_chord_bounds_every_completion_that_beats_the_incumbent(
         np.testing.assert_array_less(score[beats], full + 1e-12)
         # the bottleneck's lower bound, screened to a few device weights too
         assert np.all(b_screened <= b_lb) and np.all(b_lb <= bott[beats])
+
+
+def _poor_seeds(monkeypatch, formats):
+    """One poor seed and no local search: the searches, not the seeds, find the optimum."""
+    seeds, scores = formats.seeds, formats.scores
+    monkeypatch.setattr(formats, "seeds", lambda tab, *a, **k: seeds(tab, *a, **k)[-1:])
+
+    def improve(fp, tab, sp, *a):
+        return sp, float(scores(fp, tab, sp[None])[0])
+
+    monkeypatch.setattr(formats, "improve", improve)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_search_without_the_budget_settles_a_batch_only_where_it_may(seed, monkeypatch):
+    """`solve_score` first searches each batch with the quality budget dropped: where no such
+    plan beats the incumbent, or the best one fits the budget, that settles the batch, else
+    the search under the budget runs. The optimum must be every (device, format, code)
+    assignment's with that search on, off, and giving up at once (a cap of 1 label); each
+    seed's budgets settle some batches and leave others (checked on these seeds)."""
+    from hetjax.exact import _formats
+
+    _poor_seeds(monkeypatch, _formats)
+    rng = np.random.default_rng(100 + seed)
+    g, p = _chain(rng), _platform(rng)
+    metrics = _enumerate(g, p)
+    ref = hj.evaluate(g, p, hj.reference_plan(g))
+    outcomes = set()
+    for budget, delta in ((1.0, 0.0), (0.4, 0.3), (0.15, 0.0)):
+        s = np.asarray(hj.score(metrics, ref, delta=delta, quality_budget=budget))
+        kw = dict(formats=(0, 1, 2), codes=(0, 1, 2), delta=delta, quality_budget=budget)
+        for cap in (4096, 1, None):
+            monkeypatch.setattr(_formats, "RELAXED_LABELS", cap)
+            stats = {}
+            if not np.isfinite(s.max()):
+                with pytest.raises(hj.PlanError, match="quality budget"):
+                    hj.exact.optimal_score(g, p, BATCHES, **kw, stats=stats)
+                continue
+            plan, value = hj.exact.optimal_score(g, p, BATCHES, **kw, stats=stats)
+            assert abs(value - s.max()) <= 1e-5 * max(1.0, abs(s.max())), (cap, value, s.max())
+            m = hj.evaluate(g, p, plan)
+            assert float(m.quality_loss) <= budget and bool(m.feasible)
+            assert stats["optimal"]
+            for info in stats["per_batch"].values():
+                if "without_budget" in info and cap == 4096:
+                    outcomes.add(info["without_budget"]["settled"])
+    assert outcomes == {True, False}, outcomes
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_search_without_the_budget_stopped_anywhere_bounds_the_optimum(seed, monkeypatch):
+    """`solve_score` under a deadline at each of its clock readings in turn (a counting
+    clock), among them within the search without the budget: its upper bound is at least the
+    optimum of every assignment and its plan at most that."""
+    from hetjax.exact import _formats
+    from hetjax.exact._chain import ChainProblem
+
+    _poor_seeds(monkeypatch, _formats)
+    rng = np.random.default_rng(200 + seed)
+    g, p = _chain(rng), _platform(rng)
+    budget, delta = 0.4, 0.0
+    ref = hj.evaluate(g, p, hj.reference_plan(g))
+    s = np.asarray(hj.score(_enumerate(g, p), ref, delta=delta, quality_budget=budget))
+    best = float(s.max())
+    tol = 1e-5 * max(1.0, abs(best))
+    fp = _formats.FormatProblem(ChainProblem.create(g, p), (0, 1, 2), (0, 1, 2), delta, budget)
+    stopped_there = 0
+    for reads in range(1000):
+        clock = iter(range(10_000))
+        monkeypatch.setattr(_formats, "perf_counter", lambda c=clock: float(next(c)))
+        stats = {}
+        sp, _, found = _formats.solve_score(fp, BATCHES, stats, deadline=reads - 0.5)
+        assert stats["upper_bound"] >= best - tol and found <= best + tol
+        stopped_there += any(info.get("without_budget", {}).get("complete") is False
+                             and info["without_budget"]["settled"]
+                             for info in stats["per_batch"].values())  # fmt: skip
+        if stats["optimal"] and not any(
+            info.get("complete") is False for info in stats["per_batch"].values()
+        ):
+            assert abs(found - best) <= tol
+            break
+    assert stopped_there > 0

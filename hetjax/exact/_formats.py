@@ -68,6 +68,9 @@ MAX_CANDIDATES = 1 << 24
 # `datacenter` 0.35 -> 0.46 s, 2026-11-30)
 BEAM = 100
 BEAM_DEVICES = 3
+# labels per block past which `solve_score`'s search without the quality budget gives up
+# (`_without_budget`; None: no such search)
+RELAXED_LABELS = 4096
 
 
 @dataclass(frozen=True)
@@ -450,6 +453,7 @@ def label_search(
     t_bound: float = np.inf,
     deadline: float | None = None,
     beam: int | None = None,
+    max_labels: int | None = None,
 ) -> StateResult:
     """Labels over (block, state) at one batch; modes as `_search.label_search` ("score",
     "pareto", "latency"). Labels carry latency, energy, quality, busy per device and link,
@@ -464,7 +468,10 @@ def label_search(
 
     `beam` ("score" mode): a heuristic, not exact. Each block keeps at most `beam` labels,
     those of largest score bound, with the bounds tightened by a coarse chord
-    (`_chord.COARSE_CHORD`): `solve_score` seeds its incumbent with its best plan."""
+    (`_chord.COARSE_CHORD`): `solve_score` seeds its incumbent with its best plan.
+
+    `max_labels` ("score" mode): a block that keeps more labels ends the search there, as a
+    deadline does (`complete` False; `solve_score`'s search without the budget gives up)."""
     m, d = tab.m, tab.d
     b = tab.batch
     bnd = state_bounds(tab, fp.quality_budget)
@@ -642,6 +649,8 @@ def label_search(
         sel = np.concatenate(kept) if kept else np.zeros(0, np.int64)
         if mode == "score":
             level_bound = float(np.max(ub[sel])) if sel.size else -np.inf
+            if max_labels is not None and sel.size > max_labels:
+                return no_plan(complete=False)
             if beam is not None and sel.size > beam:  # a heuristic: the best bounds go on
                 sel = np.sort(sel[np.argsort(-ub[sel], kind="stable")[:beam]])
         last, parent, res, t, e, q = last[sel], parent[sel], res[sel], t[sel], e[sel], q[sel]
@@ -733,6 +742,42 @@ def _batches_in_bound_order(fp: FormatProblem, tabs):
     return roots, np.argsort(roots)[::-1]
 
 
+def _without_budget(fp: FormatProblem, tab: StateTables, incumbent: float, deadline, info: dict):
+    """The search at this batch with the quality budget dropped (quality still priced at
+    `delta`): ((state placement int[M], score) of a plan within the budget that beats
+    `incumbent`, or None; whether that settles the batch). Every plan within the budget is
+    a plan of the relaxed problem with the same score, so the relaxed optimum bounds the
+    batch's: where no relaxed plan beats the incumbent, or the relaxed optimum fits the
+    budget (it is then the batch's optimum), the search with quality as a label column is
+    not needed. Without the budget, labels that differ only in the quality they have used
+    are one (bert-base on `host3` at batch 16: 439 labels at the largest block instead of
+    3,579). It gives up past `RELAXED_LABELS` labels in a block (the budget's bounds,
+    which it lacks, can prune more than its dominance saves) and leaves the batch to the
+    search under the budget."""
+    free = dataclasses.replace(fp, quality_budget=math.inf)
+    rel = label_search(free, tab, "score", incumbent=incumbent, deadline=deadline,
+                       max_labels=RELAXED_LABELS)  # fmt: skip
+    found, settled = None, True
+    if not rel.complete:  # the deadline (its bound holds under the budget too), or the cap
+        settled = deadline is not None and perf_counter() > deadline
+    elif rel.t.size:
+        s = free.score_of(tab.batch, rel.t, rel.bottleneck, rel.e, rel.q)
+        ok = rel.q <= fp.quality_budget
+        fit = np.where(ok, s, -np.inf)
+        i = int(np.argmax(fit))
+        found = (rel.placements([i])[0], float(fit[i])) if fit[i] > incumbent else None
+        top = int(np.argmax(s))
+        # (no relaxed plan beats the incumbent: nor does one within the budget)
+        settled = bool(ok[top]) or s[top] < incumbent
+    info["without_budget"] = {"labels_per_block": rel.labels_per_block,
+                              "complete": rel.complete, "settled": settled}  # fmt: skip
+    if settled:  # the batch's entry is this search's
+        info.update(labels_per_block=rel.labels_per_block, complete=rel.complete)
+        if not rel.complete:
+            info["bound"] = rel.bound
+    return found, settled
+
+
 def solve_score(
     fp: FormatProblem,
     batches,
@@ -787,9 +832,19 @@ def solve_score(
         # past the deadline a batch still gets its first block's labels: their bounds (the
         # chord's among them) are much tighter than the root bound
         late = deadline is not None and perf_counter() > deadline
+        info: dict = {"skipped": False}
+        if np.isfinite(fp.quality_budget) and RELAXED_LABELS and not late:
+            found, done = _without_budget(fp, tab, best_s, deadline, info)
+            if found is not None:
+                best, best_b, best_s = found[0], tab.batch, found[1]
+            if done:
+                per_batch[tab.batch] = info
+                if info.get("complete") is False:  # (the deadline, within that search)
+                    open_bounds.append(info["bound"])
+                continue
         res = label_search(fp, tab, "score", incumbent=best_s,
                            deadline=-np.inf if late else deadline)  # fmt: skip
-        per_batch[tab.batch] = {"skipped": False, "labels_per_block": res.labels_per_block,
+        per_batch[tab.batch] = {**info, "labels_per_block": res.labels_per_block,
                                 "complete": res.complete}  # fmt: skip
         if not res.complete:
             per_batch[tab.batch]["bound"] = res.bound
