@@ -11,14 +11,18 @@ it (the first run fills it). Reports wall seconds, configurations per second, th
 method (the table's `wall_s`, summed), the projection to 10,000 platforms and the cores busy
 (the whole machine's busy CPU time over the run's wall time, from /proc/stat: one process of
 this sweep keeps more than one core busy, which bounds what N workers can add on an N-core
-machine), and checks that every run gives the same table. Writes
-benchmarks/results/sweep_n<N>.json.
+machine), and checks that every run gives the same table. `--split P` adds the ceiling of
+an even split without Ray or any sharing: P processes of this script, each a one-process
+sweep of n / P platforms, started at once (the wall from their start to the last one's exit,
+and each one's sweep). Writes benchmarks/results/sweep_n<N>.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -70,7 +74,12 @@ def main(argv=None) -> None:
     ap.add_argument("--workers", default="1,2", help="comma-separated worker counts")
     ap.add_argument("--shard-size", type=int, default=256)
     ap.add_argument("--methods", default="baselines,exact")
+    ap.add_argument("--split", type=int, default=0,
+                    help="also run this many one-process sweeps of n / split platforms at "
+                         "once")  # fmt: skip
     args = ap.parse_args(argv)
+    if args.split == 1 or args.split < 0 or (args.split and args.n % args.split):
+        ap.error(f"--split {args.split}: must be 0 (off) or >= 2 dividing -n {args.n}")
     use_out_dir(args)
     hj.enable_compilation_cache()
     spec = hj.sweep.load(ROOT / "examples" / "sweep_edge_10k.toml")
@@ -103,6 +112,9 @@ def main(argv=None) -> None:
             "method_s": {m: float(per[methods == m].sum()) for m in dict.fromkeys(methods)},
         })  # fmt: skip
     same = all(_same(tables[0], t) for t in tables[1:])
+    split = _split(args) if args.split else None
+    if split is not None:  # (each part's sweep against the first row's, neither with its start)
+        split["x_first"] = rows[0]["wall_s"] / max(split["sweep_wall_s"])
     console = Console()
     t = Table(title=f"sweep: {args.n} platforms around edge x {len(spec.weights)} weights x "
               f"({', '.join(spec.methods)}), bert-base, shard size {args.shard_size}")  # fmt: skip
@@ -122,15 +134,48 @@ def main(argv=None) -> None:
         m.add_row(k, f"{v:.1f}")
     console.print(m)
     console.print(f"identical tables across worker counts: {same}")
+    if split is not None:
+        console.print(
+            f"{split['processes']} processes of {split['platforms_each']} platforms at once, no "
+            f"Ray: {split['wall_s']:.1f} s from their start to the last exit, sweeps "
+            f"{', '.join(f'{w:.1f}' for w in split['sweep_wall_s'])} s, "
+            f"{split['x_first']:.2f}x the first row's wall (the longest sweep); cores busy "
+            + ("-" if split["cores_busy"] is None else f"{split['cores_busy']:.2f}")
+        )
     path = write_json(f"sweep_n{args.n}", {
         "benchmark": "hj.sweep.run of the issue #21 target sweep with -n platforms",
         "command": f"benchmarks/bench_sweep.py -n {args.n} --workers {args.workers} "
                    f"--shard-size {args.shard_size} --methods {args.methods}",
         "platforms": args.n, "weights": [list(w) for w in spec.weights],
         "methods": list(spec.methods), "configs": configs, "rows": rows,
-        "identical_tables": same, "machine": machine(),
+        "identical_tables": same, "split": split, "machine": machine(),
     })  # fmt: skip
     console.print(f"wrote {path}")
+
+
+def _split(args) -> dict:
+    """`--split`: P one-process sweeps of n / P platforms each (this script, `--workers 1`),
+    started at once; their wall, each one's sweep wall and the machine's cores busy."""
+    each = args.n // args.split
+    with tempfile.TemporaryDirectory() as tmp:
+        cmds = [[sys.executable, __file__, "-n", str(each), "--workers", "1", "--shard-size",
+                 str(args.shard_size), "--methods", args.methods, "--out-dir", f"{tmp}/{k}"]
+                for k in range(args.split)]  # fmt: skip
+        busy0, t0 = _busy_cpu_s(), time.perf_counter()
+        procs = [subprocess.Popen(c, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                 for c in cmds]  # fmt: skip
+        errors = [p.communicate()[1] for p in procs]
+        wall, busy1 = time.perf_counter() - t0, _busy_cpu_s()
+        for p, err in zip(procs, errors, strict=True):
+            if p.returncode:
+                raise SystemExit(f"--split: a part failed:\n{err.decode(errors='replace')}")
+        parts = [json.loads((Path(tmp) / str(k) / f"sweep_n{each}.json").read_text())["rows"][0]
+                 for k in range(args.split)]  # fmt: skip
+    sweeps = [r["wall_s"] for r in parts]
+    return {"processes": args.split, "platforms_each": each, "wall_s": wall,
+            "sweep_wall_s": sweeps, "cores_busy": None if None in (busy0, busy1)
+            else (busy1 - busy0) / wall, "method_s": [r["method_s"] for r in parts],
+            "x_first": None}  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -92,3 +92,40 @@ def test_sweep_tables_are_the_checked_in_runs():
     assert (f"{one['wall_s']:.1f} s in one process with {one['cores_busy']:.2f} cores busy, "
             f"{two['wall_s']:.1f} s on two workers with {two['cores_busy']:.2f} "
             f"({one['wall_s'] / two['wall_s']:.2f}x;") in text  # fmt: skip
+
+
+@pytest.mark.parametrize("split", ["1", "-2", "3"])
+def test_sweep_split_must_divide_the_platforms(split, capsys, monkeypatch):
+    """`bench_sweep.py --split P` runs P one-process sweeps of n / P platforms: P >= 2 and a
+    divisor of -n, refused before any work otherwise (argparse's exit 2, naming the option)."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    module = load_script("benchmarks/bench_sweep.py")
+    with pytest.raises(SystemExit) as exc:
+        module.main(["-n", "64", "--split", split, "--out-dir", "/nonexistent/never"])
+    assert exc.value.code == 2
+    assert f"--split {split}" in capsys.readouterr().err
+
+
+def test_sweep_split_numbers_are_the_checked_in_run():
+    """docs/sweep.md's "The ceiling of two processes" table: the rows of
+    benchmarks/results/sweep_n4096_2026-12-01_split.json."""
+    import json
+
+    text = " ".join((ROOT / "docs/sweep.md").read_text().split())
+    doc = json.loads((ROOT / "benchmarks/results/sweep_n4096_2026-12-01_split.json").read_text())
+    one, ray = doc["rows"]
+    split = doc["split"]
+    assert doc["identical_tables"] and split["processes"] == 2
+    for row in (
+        f"| 1 process, 4096 platforms | {one['wall_s']:.1f} | 1.00 | {one['cores_busy']:.2f} |",
+        f"| 2 local Ray workers | {ray['wall_s']:.1f} | {one['wall_s'] / ray['wall_s']:.2f} | "
+        f"{ray['cores_busy']:.2f} |",
+        f"| 2 processes of 2048 platforms at once, no Ray | {max(split['sweep_wall_s']):.1f} "
+        f"(longest sweep; {split['wall_s']:.1f} with the processes' start) | "
+        f"{split['x_first']:.2f} | {split['cores_busy']:.2f} |",
+    ):
+        assert row in text, row
+    cem = [one["method_s"]["cem"], ray["method_s"]["cem"],
+           sum(m["cem"] for m in split["method_s"])]  # fmt: skip
+    assert f"CEM {cem[0]:.1f} s in one process, {cem[1]:.1f} s over the two Ray workers, " \
+           f"{cem[2]:.1f} s over the two split processes" in text  # fmt: skip
