@@ -750,7 +750,7 @@ def _without_budget(fp: FormatProblem, tab: StateTables, incumbent: float, deadl
     batch's: where no relaxed plan beats the incumbent, or the relaxed optimum fits the
     budget (it is then the batch's optimum), the search with quality as a label column is
     not needed. Without the budget, labels that differ only in the quality they have used
-    are one (bert-base on `host3` at batch 16: 439 labels at the largest block instead of
+    are one (bert-base on `host3` at batch 16: 438 labels at the largest block instead of
     3,579). It gives up past `RELAXED_LABELS` labels in a block (the budget's bounds,
     which it lacks, can prune more than its dominance saves) and leaves the batch to the
     search under the budget."""
