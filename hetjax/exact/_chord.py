@@ -53,13 +53,14 @@ COARSE_CHORD = (4, 45)
 _MU = (0.01, 0.1, 1.0)
 
 
-def _least_over_codes(arr: np.ndarray, legal: np.ndarray, nk: int) -> np.ndarray:
+def _least_over_codes(arr: np.ndarray, legal: np.ndarray, nk: int, repeat: bool = True):
     """`arr` f64[..., M, S] with each state's entry replaced by the least over the legal
     codes of its device and format (inf where none is legal): a bound for a label whose
-    block's code is not chosen yet."""
+    block's code is not chosen yet. `repeat=False`: one entry per (device, format),
+    f64[..., M, S / nk] (state s's is at s // nk)."""
     least = np.where(legal, arr, np.inf).reshape(*arr.shape[:-1], arr.shape[-1] // nk, nk)
     least = least.min(axis=-1, initial=np.inf)
-    return np.repeat(least, nk, axis=-1)
+    return np.repeat(least, nk, axis=-1) if repeat else least
 
 
 def screen_sample(n: int) -> np.ndarray | None:
@@ -122,7 +123,8 @@ class StateChord:
     lam: np.ndarray  # f64[F, D]  each form's device weights (F = U G forms, u-major)
     mu: np.ndarray  # f64[F]     each form's multiplier, score units per point (0: plain)
     budget: float  # points
-    h: np.ndarray  # f64[M, P, R, S, F]
+    h: np.ndarray  # f64[M, P, R, S / nk, F]  (state s's least completion at s // nk)
+    nk: int = 1  # codes per (device, format): h holds the least over them
 
     def bound(self, j: int, last, t, busy, e, q, t_lb, b_lb, e_lb, q_lb, forms=None):
         """(upper bound on the score of the completions of labels at block j that can beat
@@ -134,13 +136,14 @@ class StateChord:
                           np.maximum(b_lb, self.b_lo), rest, self.incumbent)  # fmt: skip
         ia, wa = _corners(self.a_grid, a)
         ic, wc = _corners(self.c_grid, c)
-        table, lam, mu = self.h[j], self.lam, self.mu  # table [P, R, S, F]
+        table, lam, mu = self.h[j], self.lam, self.mu  # table [P, R, S / nk, F]
         if forms is not None:
             table, lam, mu = table[..., forms], lam[forms], mu[forms]
-        best = ((1 - wa) * (1 - wc))[:, None] * table[ia, ic, last]  # [L, F]
-        best += ((1 - wa) * wc)[:, None] * table[ia, ic + 1, last]
-        best += (wa * (1 - wc))[:, None] * table[ia + 1, ic, last]
-        best += (wa * wc)[:, None] * table[ia + 1, ic + 1, last]
+        rep = np.asarray(last) // self.nk
+        best = ((1 - wa) * (1 - wc))[:, None] * table[ia, ic, rep]  # [L, F]
+        best += ((1 - wa) * wc)[:, None] * table[ia, ic + 1, rep]
+        best += (wa * (1 - wc))[:, None] * table[ia + 1, ic, rep]
+        best += (wa * wc)[:, None] * table[ia + 1, ic + 1, rep]
         best += a[:, None] * t[:, None] + c[:, None] * (busy @ lam.T)
         best += (self.g * e + self.delta * q)[:, None]
         if np.isfinite(self.budget):  # (else every multiplier is 0)
@@ -245,14 +248,15 @@ def state_chord(fp: FormatProblem, tab: StateTables, bnd: StateBounds, incumbent
         nxt = cost[..., j + 1, :] + h[..., j + 1, :]  # [P, R, U, G, S]
         per_dev = np.min(np.where(on, nxt[..., None, :], np.inf), axis=-1)  # [P, R, U, G, D]
         h[..., j, :] = np.min(step[:, :, :, None, j + 1] + per_dev[..., None, :], axis=-1)
-    if len(fp.codes) > 1:  # a label's code is chosen with the next block: its least
-        h = _least_over_codes(h, tab.legal, len(fp.codes))
-    h = np.moveaxis(h, (4, 5), (0, 3))  # [M, P, R, S, U, G]
-    h = h.reshape(*h.shape[:4], -1)  # [M, P, R, S, F]
+    nk = len(fp.codes)
+    if nk > 1:  # a label's code is chosen with the next block: its least (one per rep.)
+        h = _least_over_codes(h, tab.legal, nk, repeat=False)
+    h = np.moveaxis(h, (4, 5), (0, 3))  # [M, P, R, S / nk, U, G]
+    h = h.reshape(*h.shape[:4], -1)  # [M, P, R, S / nk, F]
     return StateChord(a_grid=a_grid, c_grid=c_grid, a_t=a_t, a_b=a_b, t_lo=t_lo, b_lo=b_lo,
                       incumbent=incumbent, g=g, delta=fp.delta, lam=np.tile(lam, (mu.size, 1)),
                       mu=np.repeat(mu, lam.shape[0]), budget=float(budget),
-                      h=np.ascontiguousarray(h))  # fmt: skip
+                      h=np.ascontiguousarray(h), nk=nk)  # fmt: skip
 
 
 def first_chord(fp: FormatProblem, tab: StateTables, bnd: StateBounds, incumbent: float,
