@@ -14,12 +14,14 @@ this sweep keeps more than one core busy, which bounds what N workers can add on
 machine), and checks that every run gives the same table. `--split P` adds the ceiling of
 an even split without Ray or any sharing: P processes of this script, each a one-process
 sweep of n / P platforms, started at once (the wall from their start to the last one's exit,
-and each one's sweep). Writes benchmarks/results/sweep_n<N>.json.
+and each one's sweep; each part sweeps `hj.hardware.sample`'s first n / P platforms, the
+same draws, a balanced stand-in for an even split). Writes benchmarks/results/sweep_n<N>.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -115,6 +117,7 @@ def main(argv=None) -> None:
     split = _split(args) if args.split else None
     if split is not None:  # (each part's sweep against the first row's, neither with its start)
         split["x_first"] = rows[0]["wall_s"] / max(split["sweep_wall_s"])
+        split["first_row_workers"] = rows[0]["workers"]
     console = Console()
     t = Table(title=f"sweep: {args.n} platforms around edge x {len(spec.weights)} weights x "
               f"({', '.join(spec.methods)}), bert-base, shard size {args.shard_size}")  # fmt: skip
@@ -145,7 +148,8 @@ def main(argv=None) -> None:
     path = write_json(f"sweep_n{args.n}", {
         "benchmark": "hj.sweep.run of the issue #21 target sweep with -n platforms",
         "command": f"benchmarks/bench_sweep.py -n {args.n} --workers {args.workers} "
-                   f"--shard-size {args.shard_size} --methods {args.methods}",
+                   f"--shard-size {args.shard_size} --methods {args.methods}"
+                   + (f" --split {args.split}" if args.split else ""),
         "platforms": args.n, "weights": [list(w) for w in spec.weights],
         "methods": list(spec.methods), "configs": configs, "rows": rows,
         "identical_tables": same, "split": split, "machine": machine(),
@@ -161,14 +165,19 @@ def _split(args) -> dict:
         cmds = [[sys.executable, __file__, "-n", str(each), "--workers", "1", "--shard-size",
                  str(args.shard_size), "--methods", args.methods, "--out-dir", f"{tmp}/{k}"]
                 for k in range(args.split)]  # fmt: skip
-        busy0, t0 = _busy_cpu_s(), time.perf_counter()
-        procs = [subprocess.Popen(c, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-                 for c in cmds]  # fmt: skip
-        errors = [p.communicate()[1] for p in procs]
-        wall, busy1 = time.perf_counter() - t0, _busy_cpu_s()
-        for p, err in zip(procs, errors, strict=True):
-            if p.returncode:
-                raise SystemExit(f"--split: a part failed:\n{err.decode(errors='replace')}")
+        with contextlib.ExitStack() as stack:
+            # (stderr to files, not pipes: a pipe read one part at a time could stall others)
+            logs = [stack.enter_context(open(Path(tmp) / f"{k}.log", "wb"))
+                    for k in range(args.split)]  # fmt: skip
+            busy0, t0 = _busy_cpu_s(), time.perf_counter()
+            procs = [subprocess.Popen(c, stdout=subprocess.DEVNULL, stderr=log)
+                     for c, log in zip(cmds, logs, strict=True)]  # fmt: skip
+            codes = [p.wait() for p in procs]
+            wall, busy1 = time.perf_counter() - t0, _busy_cpu_s()
+        for k, code in enumerate(codes):
+            if code:
+                err = (Path(tmp) / f"{k}.log").read_text(errors="replace")
+                raise SystemExit(f"--split: part {k} failed:\n{err}")
         parts = [json.loads((Path(tmp) / str(k) / f"sweep_n{each}.json").read_text())["rows"][0]
                  for k in range(args.split)]  # fmt: skip
     sweeps = [r["wall_s"] for r in parts]

@@ -510,3 +510,32 @@ def test_a_search_without_the_budget_stopped_anywhere_bounds_the_optimum(seed, m
             assert abs(found - best) <= tol
             break
     assert stopped_there > 0
+
+
+@pytest.mark.parametrize(("seed", "budget", "delta"), [(304, 0.4, 0.3), (311, 0.4, 0.3),
+                                                       (343, 0.15, 0.0)])  # fmt: skip
+def test_a_plan_the_search_without_the_budget_finds_raises_the_incumbent(
+    seed, budget, delta, monkeypatch
+):
+    """Where the best plan without the budget exceeds it but a plan within it beats the
+    incumbent (these chains, found by a search over seeds), that plan becomes the incumbent
+    and the search under the budget still runs: the optimum is every assignment's."""
+    from hetjax.exact import _formats
+
+    _poor_seeds(monkeypatch, _formats)
+    rng = np.random.default_rng(seed)
+    g, p = _chain(rng), _platform(rng)
+    ref = hj.evaluate(g, p, hj.reference_plan(g))
+    s = np.asarray(hj.score(_enumerate(g, p), ref, delta=delta, quality_budget=budget))
+    kw = dict(formats=(0, 1, 2), codes=(0, 1, 2), delta=delta, quality_budget=budget)
+    stats = {}
+    plan, value = hj.exact.optimal_score(g, p, BATCHES, **kw, stats=stats)
+    assert abs(value - s.max()) <= 1e-5 * max(1.0, abs(s.max())), (value, s.max())
+    m = hj.evaluate(g, p, plan)
+    assert float(m.quality_loss) <= budget and bool(m.feasible)
+    raised = [info for info in stats["per_batch"].values()
+              if info.get("without_budget", {}).get("found") is not None
+              and not info["without_budget"]["settled"]]  # fmt: skip
+    assert raised and all("labels_per_block" in info for info in raised)
+    assert all(type(info["without_budget"]["settled"]) is bool
+               for info in stats["per_batch"].values() if "without_budget" in info)  # fmt: skip

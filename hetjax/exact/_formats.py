@@ -471,7 +471,8 @@ def label_search(
     (`_chord.COARSE_CHORD`): `solve_score` seeds its incumbent with its best plan.
 
     `max_labels` ("score" mode): a block that keeps more labels ends the search there, as a
-    deadline does (`complete` False; `solve_score`'s search without the budget gives up)."""
+    deadline does (`complete` False, that block's count the last of `labels_per_block`;
+    `solve_score`'s search without the budget gives up)."""
     m, d = tab.m, tab.d
     b = tab.batch
     bnd = state_bounds(tab, fp.quality_budget)
@@ -650,6 +651,7 @@ def label_search(
         if mode == "score":
             level_bound = float(np.max(ub[sel])) if sel.size else -np.inf
             if max_labels is not None and sel.size > max_labels:
+                counts.append(int(sel.size))  # (the block that passed the cap, counted)
                 return no_plan(complete=False)
             if beam is not None and sel.size > beam:  # a heuristic: the best bounds go on
                 sel = np.sort(sel[np.argsort(-ub[sel], kind="stable")[:beam]])
@@ -768,9 +770,10 @@ def _without_budget(fp: FormatProblem, tab: StateTables, incumbent: float, deadl
         found = (rel.placements([i])[0], float(fit[i])) if fit[i] > incumbent else None
         top = int(np.argmax(s))
         # (no relaxed plan beats the incumbent: nor does one within the budget)
-        settled = bool(ok[top]) or s[top] < incumbent
-    info["without_budget"] = {"labels_per_block": rel.labels_per_block,
-                              "complete": rel.complete, "settled": settled}  # fmt: skip
+        settled = bool(ok[top] or s[top] < incumbent)
+    info["without_budget"] = {"labels_per_block": rel.labels_per_block, "complete": rel.complete,
+                              "settled": settled,
+                              "found": None if found is None else found[1]}  # fmt: skip
     if settled:  # the batch's entry is this search's
         info.update(labels_per_block=rel.labels_per_block, complete=rel.complete)
         if not rel.complete:
