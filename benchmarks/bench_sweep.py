@@ -69,6 +69,11 @@ def _busy_cpu_s() -> float | None:
     return (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
+def _cores_busy(busy0: float | None, busy1: float | None, wall: float) -> float | None:
+    """Cores busy over a run of `wall` s from `_busy_cpu_s` before and after (None if unread)."""
+    return None if None in (busy0, busy1) else (busy1 - busy0) / wall
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_out_dir(ap)
@@ -110,14 +115,11 @@ def main(argv=None) -> None:
             "workers": w, "ray": w > 1, "wall_s": wall, "configs_per_s": configs / wall,
             "load_avg_before": list(load_before), "load_avg_after": list(os.getloadavg()),
             "projected_10k_s": wall * 10000 / args.n,
-            "cores_busy": None if None in (busy0, busy1) else (busy1 - busy0) / wall,
+            "cores_busy": _cores_busy(busy0, busy1, wall),
             "method_s": {m: float(per[methods == m].sum()) for m in dict.fromkeys(methods)},
         })  # fmt: skip
     same = all(_same(tables[0], t) for t in tables[1:])
-    split = _split(args) if args.split else None
-    if split is not None:  # (each part's sweep against the first row's, neither with its start)
-        split["x_first"] = rows[0]["wall_s"] / max(split["sweep_wall_s"])
-        split["first_row_workers"] = rows[0]["workers"]
+    split = _split(args, rows[0]) if args.split else None
     console = Console()
     t = Table(title=f"sweep: {args.n} platforms around edge x {len(spec.weights)} weights x "
               f"({', '.join(spec.methods)}), bert-base, shard size {args.shard_size}")  # fmt: skip
@@ -157,9 +159,10 @@ def main(argv=None) -> None:
     console.print(f"wrote {path}")
 
 
-def _split(args) -> dict:
+def _split(args, first: dict) -> dict:
     """`--split`: P one-process sweeps of n / P platforms each (this script, `--workers 1`),
-    started at once; their wall, each one's sweep wall and the machine's cores busy."""
+    started at once; their wall, each one's sweep wall, the machine's cores busy, and the
+    first `--workers` row's wall over the longest sweep (neither with its process start)."""
     each = args.n // args.split
     with tempfile.TemporaryDirectory() as tmp:
         cmds = [[sys.executable, __file__, "-n", str(each), "--workers", "1", "--shard-size",
@@ -182,9 +185,10 @@ def _split(args) -> dict:
                  for k in range(args.split)]  # fmt: skip
     sweeps = [r["wall_s"] for r in parts]
     return {"processes": args.split, "platforms_each": each, "wall_s": wall,
-            "sweep_wall_s": sweeps, "cores_busy": None if None in (busy0, busy1)
-            else (busy1 - busy0) / wall, "method_s": [r["method_s"] for r in parts],
-            "x_first": None}  # fmt: skip
+            "sweep_wall_s": sweeps, "cores_busy": _cores_busy(busy0, busy1, wall),
+            "method_s": [r["method_s"] for r in parts],
+            "x_first": first["wall_s"] / max(sweeps),
+            "first_row_workers": first["workers"]}  # fmt: skip
 
 
 if __name__ == "__main__":
