@@ -53,14 +53,12 @@ COARSE_CHORD = (4, 45)
 _MU = (0.01, 0.1, 1.0)
 
 
-def _least_over_codes(arr: np.ndarray, legal: np.ndarray, nk: int, repeat: bool = True):
+def _least_over_codes(arr: np.ndarray, legal: np.ndarray, nk: int):
     """`arr` f64[..., M, S] with each state's entry replaced by the least over the legal
     codes of its device and format (inf where none is legal): a bound for a label whose
-    block's code is not chosen yet. `repeat=False`: one entry per (device, format),
-    f64[..., M, S / nk] (state s's is at s // nk)."""
+    block's code is not chosen yet."""
     least = np.where(legal, arr, np.inf).reshape(*arr.shape[:-1], arr.shape[-1] // nk, nk)
-    least = least.min(axis=-1, initial=np.inf)
-    return np.repeat(least, nk, axis=-1) if repeat else least
+    return np.repeat(least.min(axis=-1, initial=np.inf), nk, axis=-1)
 
 
 def screen_sample(n: int) -> np.ndarray | None:
@@ -225,32 +223,46 @@ def state_chord(fp: FormatProblem, tab: StateTables, bnd: StateBounds, incumbent
     if np.isfinite(budget):
         plain = float(a0) * t_lo + g * e_lo  # about the linear form's size at the root
         mu = np.concatenate([[0.0], np.asarray(_MU) * plain / max(budget, 1e-3)])
-    # costs [P, R, U, G, M, S]
+    # A block's own costs depend on its (device, format) only, not on its code (which decides
+    # how its output crosses into the next block): the costs and the least completions are
+    # kept per representative r = (device, format), S / nk of them, and only the step out of
+    # a block is taken per state. The least completion of a representative is the least over
+    # its legal codes, and min_k (c + h_k) = c + min_k h_k in floating point too (rounding
+    # is monotone): the same values as a DP over every state, a third of the work with codes.
+    nk = len(fp.codes)
+    m, d = tab.m, tab.d
+    legal_k = legal.reshape(m, -1, nk)
+    legal_r = legal_k.any(axis=2)  # [M, S / nk]
+    dev_r = tab.dev[::nk]  # [S / nk]
+    # a legal state of each representative (its first legal code): its block's costs
+    own = np.arange(0, tab.s, nk)[None, :] + np.argmax(legal_k, axis=2)  # [M, S / nk]
+    dur_r, e_r, q_r = (np.take_along_axis(x, own, axis=1) for x in (dur, e_dur, qual))
+    # costs [P, R, U, G, M, S / nk]
     ax_a = a_grid[:, None, None, None, None, None]
     ax_c = c_grid[None, :, None, None, None, None]
     ax_mu = mu[None, None, :, None, None, None]
-    cost = ax_a * dur + ax_c * w[None, None, None, :, None, :] * dur
-    cost = np.where(legal, cost + g * e_dur + fp.delta * qual + ax_mu * qual, np.inf)
+    cost = ax_a * dur_r + ax_c * w[None, None, None, :, None, ::nk] * dur_r
+    cost = np.where(legal_r, cost + g * e_r + fp.delta * q_r + ax_mu * q_r, np.inf)
     qx = np.where(np.isfinite(tab.q_xfer), tab.q_xfer, 0.0)
     finite = np.isfinite(tab.xfer) & np.isfinite(tab.e_xfer)
     fx = lambda x: np.where(finite, x, 0.0)  # noqa: E731  (no 0 * inf)
     # A transfer depends on the sending state and the receiving *device* only, so the step
-    # into block j + 1 is taken per device, to the least of that device's states (the same
-    # minimum as over every state: adding a constant keeps the order).
-    d = tab.d
+    # into block j + 1 is taken per device, to the least of that device's representatives
+    # (the same minimum as over every state: adding a constant keeps the order).
     rep = np.array([np.flatnonzero(tab.dev == k)[0] for k in range(d)])  # [D]
-    on = tab.dev[None, :] == np.arange(d)[:, None]  # [D, S]
+    on = dev_r[None, :] == np.arange(d)[:, None]  # [D, S / nk]
     xf, exf, qxf = fx(tab.xfer)[..., rep], fx(tab.e_xfer)[..., rep], qx[..., rep]
     step = ax_a * xf + g * exf + fp.delta * qxf + ax_mu * qxf  # [P, 1, U, M, S, D]
     step = np.where(finite[..., rep], step, np.inf)
-    h = np.zeros(cost.shape)
-    for j in range(tab.m - 2, -1, -1):
-        nxt = cost[..., j + 1, :] + h[..., j + 1, :]  # [P, R, U, G, S]
+    # each state's least over its block's legal codes: inf where a code is not legal
+    h = np.zeros(cost.shape)  # [P, R, U, G, M, S / nk]
+    h[..., m - 1, :] = np.where(legal_r[m - 1], 0.0, np.inf)
+    for j in range(m - 2, -1, -1):
+        nxt = cost[..., j + 1, :] + h[..., j + 1, :]  # [P, R, U, G, S / nk]
         per_dev = np.min(np.where(on, nxt[..., None, :], np.inf), axis=-1)  # [P, R, U, G, D]
-        h[..., j, :] = np.min(step[:, :, :, None, j + 1] + per_dev[..., None, :], axis=-1)
-    nk = len(fp.codes)
-    if nk > 1:  # a label's code is chosen with the next block: its least (one per rep.)
-        h = _least_over_codes(h, tab.legal, nk, repeat=False)
+        h_s = np.min(step[:, :, :, None, j + 1] + per_dev[..., None, :], axis=-1)  # [.., S]
+        h_s = np.where(legal[j], h_s, np.inf).reshape(*h_s.shape[:-1], -1, nk)
+        h[..., j, :] = h_s.min(axis=-1)
     h = np.moveaxis(h, (4, 5), (0, 3))  # [M, P, R, S / nk, U, G]
     h = h.reshape(*h.shape[:4], -1)  # [M, P, R, S / nk, F]
     return StateChord(a_grid=a_grid, c_grid=c_grid, a_t=a_t, a_b=a_b, t_lo=t_lo, b_lo=b_lo,

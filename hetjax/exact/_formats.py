@@ -16,6 +16,7 @@ its bounds' building blocks; the version-1 code path is untouched.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 from time import perf_counter
@@ -23,7 +24,7 @@ from time import perf_counter
 import numpy as np
 
 from hetjax.errors import PlanError
-from hetjax.exact import _chord
+from hetjax.exact import _busy, _chord
 from hetjax.exact._chain import ChainProblem, _host, exact_grid, snap
 from hetjax.exact._chord import (
     _MU,
@@ -104,6 +105,12 @@ class StateTables:
     @property
     def d(self) -> int:
         return self.capacity.shape[0]
+
+    @functools.cached_property
+    def busy_sets(self) -> list:
+        """`_busy.busy_sets` of these tables (built once; every search at this batch reads
+        them)."""
+        return _busy.busy_sets(self.dur, self.legal, self.dev, self.d)
 
 
 @dataclass(frozen=True)
@@ -512,6 +519,7 @@ def label_search(
     sent: list[np.ndarray] = []  # per level: the code index of the block before
     counts: list[int] = []
     level_bound = np.inf  # before block 0: no bound of this search's own
+    floor = None  # f64[L]: a lower bound on the bottleneck of each label's completions
 
     def no_plan(complete: bool = True) -> StateResult:
         empty = np.zeros(0)
@@ -600,6 +608,8 @@ def label_search(
         else:
             e_lb = bnd.energy(j, last, e, q, budget)
             b_lb = bnd.bottleneck(j, res)
+            if floor is not None:  # (the parents' bound with whole blocks holds for them)
+                b_lb = np.maximum(b_lb, floor[parent])
             if mode == "score":
                 ub = fp.chain.score_bound(b, t_lb, b_lb, e_lb) - fp.delta * q_lb
                 keep &= ub >= incumbent
@@ -657,6 +667,12 @@ def label_search(
                 sel = np.sort(sel[np.argsort(-ub[sel], kind="stable")[:beam]])
         last, parent, res, t, e, q = last[sel], parent[sel], res[sel], t[sel], e[sel], q[sel]
         mem_p, mem_a = mem_p[sel], mem_a[sel]
+        # The least bottleneck of the kept labels' completions with whole blocks (`_busy`): a
+        # lower bound for their children too, which the next block takes as a floor (on the
+        # few kept labels, not the many candidates: about as strong, far cheaper).
+        floor = None
+        if n_res and sel.size and tab.busy_sets[j] is not None:
+            floor = _busy.least_bottleneck(tab.busy_sets[j], res[:, :d])
         levels.append(_Level(last=last, parent=parent))
         sent.append(code[sel])
         counts.append(int(sel.size))
