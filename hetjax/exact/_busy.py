@@ -101,8 +101,13 @@ def least_bottleneck(sets: np.ndarray, busy: np.ndarray) -> np.ndarray:
     of any completion of labels with busy times `busy` f64[L, D] (s), given the set of
     what the remaining blocks can add (`busy_sets`)."""
     out = np.empty(busy.shape[0])
-    step = max(1, (1 << 20) // max(1, sets.shape[0] * busy.shape[1]))
+    k, d = sets.shape
+    step = max(1, (1 << 18) // k)  # labels per step: [step, K] tables
     for lo in range(0, busy.shape[0], step):
         b = busy[lo : lo + step]
-        out[lo : lo + step] = np.max(b[:, None, :] + sets[None], axis=2).min(axis=1)
+        # (column by column: a max over a short last axis is slow)
+        most = b[:, :1] + sets[None, :, 0]
+        for c in range(1, d):
+            np.maximum(most, b[:, c : c + 1] + sets[None, :, c], out=most)
+        out[lo : lo + step] = most.min(axis=1)
     return out

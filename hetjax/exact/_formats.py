@@ -671,7 +671,7 @@ def label_search(
         # lower bound for their children too, which the next block takes as a floor (on the
         # few kept labels, not the many candidates: about as strong, far cheaper).
         floor = None
-        if n_res and sel.size and tab.busy_sets[j] is not None:
+        if n_res and sel.size and j < m - 1 and tab.busy_sets[j] is not None:
             floor = _busy.least_bottleneck(tab.busy_sets[j], res[:, :d])
         levels.append(_Level(last=last, parent=parent))
         sent.append(code[sel])
