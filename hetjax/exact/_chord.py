@@ -196,7 +196,9 @@ def state_chord(fp: FormatProblem, tab: StateTables, bnd: StateBounds, incumbent
     q_lo = float(np.min(q0 + bnd.q[0, first]))
     res = np.zeros((first.size, tab.d + tab.d * (tab.d - 1)))
     res[np.arange(first.size), tab.dev[first]] = tab.dur[0, first]
-    b_lo = float(np.min(bnd.bottleneck(0, res)))
+    b_lo = float(
+        np.min(np.maximum(bnd.bottleneck(0, res), tab.least_bottleneck(0, res[:, : tab.d])))
+    )
     if not (t_lo > 0 and b_lo > 0 and np.isfinite(t_lo)):
         return None
     rest = g * e_lo + fp.delta * q_lo

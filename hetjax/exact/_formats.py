@@ -112,6 +112,13 @@ class StateTables:
         them)."""
         return _busy.busy_sets(self.dur, self.legal, self.dev, self.d)
 
+    def least_bottleneck(self, j: int, busy: np.ndarray) -> np.ndarray:
+        """A lower bound (s) on the bottleneck of every completion of labels at block j with
+        device busy times `busy` f64[L, D] (s): `_busy.least_bottleneck`, or the largest busy
+        time where block j has no set."""
+        sets = self.busy_sets[j]
+        return busy.max(axis=1) if sets is None else _busy.least_bottleneck(sets, busy)
+
 
 @dataclass(frozen=True)
 class FormatProblem:
@@ -610,6 +617,8 @@ def label_search(
             b_lb = bnd.bottleneck(j, res)
             if floor is not None:  # (the parents' bound with whole blocks holds for them)
                 b_lb = np.maximum(b_lb, floor[parent])
+            elif j == 0:  # (a few labels: their own)
+                b_lb = np.maximum(b_lb, tab.least_bottleneck(0, res[:, :d]))
             if mode == "score":
                 ub = fp.chain.score_bound(b, t_lb, b_lb, e_lb) - fp.delta * q_lb
                 keep &= ub >= incumbent
@@ -672,7 +681,7 @@ def label_search(
         # few kept labels, not the many candidates: about as strong, far cheaper).
         floor = None
         if n_res and sel.size and j < m - 1 and tab.busy_sets[j] is not None:
-            floor = _busy.least_bottleneck(tab.busy_sets[j], res[:, :d])
+            floor = tab.least_bottleneck(j, res[:, :d])
         levels.append(_Level(last=last, parent=parent))
         sent.append(code[sel])
         counts.append(int(sel.size))
@@ -750,7 +759,8 @@ def root_bound(fp: FormatProblem, tab: StateTables, bnd: StateBounds) -> float:
     t = bnd.latency(0, first, tab.dur[0, first], q0, fp.quality_budget)
     e = bnd.energy(0, first, tab.e_dur[0, first], q0, fp.quality_budget)
     q = q0 + bnd.q[0, first]
-    ub = fp.chain.score_bound(tab.batch, t, bnd.bottleneck(0, res), e) - fp.delta * q
+    b_lb = np.maximum(bnd.bottleneck(0, res), tab.least_bottleneck(0, res[:, :d]))
+    ub = fp.chain.score_bound(tab.batch, t, b_lb, e) - fp.delta * q
     ub = np.where(np.isfinite(t) & (q <= fp.quality_budget), ub, -np.inf)
     return float(np.max(ub))
 
