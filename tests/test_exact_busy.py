@@ -12,21 +12,29 @@ from hypothesis import strategies as st
 
 import hetjax as hj
 from hetjax.exact import _busy
+from hetjax.exact._chain import ChainProblem
 
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
 
 
 @settings(max_examples=40, **SETTINGS)
-@given(st.integers(0, 2**31 - 1), st.sampled_from([2, 3]), st.integers(1, 700))
-def test_pareto_least_keeps_exactly_the_undominated_rows(seed, d, k):
+@given(st.integers(0, 2**31 - 1), st.sampled_from([2, 3]), st.integers(1, 700), st.booleans())
+def test_pareto_least_keeps_exactly_the_undominated_rows(seed, d, k, front):
+    """`front`: rows near a plane of constant sum, so that many are undominated and the
+    staircase spans several chunks of 256; otherwise small values with ties and repeats."""
     rng = np.random.default_rng(seed)
-    a = rng.integers(0, 9, (k, d)).astype(np.float64)  # (small values: ties and repeats)
+    a = rng.integers(0, 9, (k, d)).astype(np.float64)
+    if front:
+        a = rng.integers(0, 60, (k, d)).astype(np.float64)
+        a[:, -1] = 120 - a[:, :-1].sum(axis=1) + rng.integers(0, 3, k)
     got = _busy.pareto_least(a)
     u = np.unique(a, axis=0)
     below = np.all(u[None, :, :] <= u[:, None, :], axis=2)  # [i, j]: row j <= row i
     np.fill_diagonal(below, False)
     want = u[~below.any(axis=1)]
     np.testing.assert_array_equal(got, want)
+    if front and k >= 600:
+        assert want.shape[0] > 256  # (the staircase carried across chunks)
 
 
 def _tables(rng, m: int, d: int):
@@ -35,7 +43,9 @@ def _tables(rng, m: int, d: int):
     dev = np.repeat(np.arange(d), 3)
     dur = rng.integers(1, 64, (m, dev.size)) / 1024.0
     legal = rng.random((m, dev.size)) < 0.7
-    legal[np.arange(m), rng.integers(0, dev.size, m)] = True
+    gone = (rng.random(m) < 0.4) | (np.arange(m) == 1)  # (blocks without the last device)
+    legal[np.ix_(gone, dev == d - 1)] = False
+    legal[np.arange(m), rng.integers(0, 3 * (d - 1), m)] = True
     return np.where(legal, dur, np.inf), legal, dev
 
 
@@ -47,6 +57,7 @@ def test_least_bottleneck_is_the_least_largest_busy_time_of_every_completion(see
     rng = np.random.default_rng(seed)
     m = 6
     dur, legal, dev = _tables(rng, m, d)
+    assert not legal[:, dev == d - 1].any(axis=1).all()  # (a device missing somewhere)
     sets = _busy.busy_sets(dur, legal, dev, d)
     busy = rng.integers(0, 200, (16, d)) / 1024.0
     for j in range(m):
@@ -94,3 +105,27 @@ def test_the_search_with_formats_finds_the_same_optimum_with_fewer_labels(model,
     np.testing.assert_array_equal(dev_on, dev_off)
     np.testing.assert_array_equal(fmt_on, fmt_off)
     assert n_on < n_off
+
+
+@pytest.mark.parametrize("preset", ["host3", "edge"])
+def test_the_search_with_the_sets_keeps_the_optimum_with_the_incumbent_just_below(preset):
+    """An invalid floor would prune the optimum's own labels once the incumbent leaves no
+    slack; the optimum comes from the search without the sets (a cap of 0)."""
+    from hetjax.exact import _formats
+    from hetjax.exact._solvers import _format_problem
+
+    graph, platform = hj.graphs.transformer("bert-mini"), hj.hardware.preset(preset)
+    kw = dict(formats=(0, 1, 2), codes=(0, 1, 2), quality_budget=1.0)
+    saved, _busy.BUSY_SET_CAP = _busy.BUSY_SET_CAP, 0
+    try:
+        info: dict = {}
+        plan, _ = hj.exact.optimal_score(graph, platform, stats=info, **kw)
+    finally:
+        _busy.BUSY_SET_CAP = saved
+    fp = _format_problem(ChainProblem.create(graph, platform), (0, 1, 2), (0, 1, 2), 0.0, 1.0,
+                         "t")  # fmt: skip
+    tab = fp.tables(float(plan.batch))
+    assert tab.busy_sets[1] is not None
+    inc = info["score64"] - 1e-12 * abs(info["score64"])
+    res = _formats.label_search(fp, tab, "score", incumbent=inc)
+    assert np.max(fp.score_of(tab.batch, res.t, res.bottleneck, res.e, res.q)) == info["score64"]

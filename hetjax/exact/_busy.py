@@ -14,7 +14,8 @@ min_k max_d (busy_d + A[k, d]). Transfers, links, memory and the quality budget 
 The sets are built per block from the last one back; where one would hold more than
 `BUSY_SET_CAP` vectors it is dropped (None) with every set before it (the search then uses
 its other bounds there). Pareto-least vectors are found for two and three devices (a sort
-and a staircase); with more devices the sets are not built.
+and a staircase); with one device (the busy time is then the sum: nothing to balance) or more
+than three the sets are not built.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ def busy_sets(dur: np.ndarray, legal: np.ndarray, dev: np.ndarray, d: int):
     M - 1 can add to the D devices, each block at its least duration over the legal states
     of a device (`dur` f64[M, S] s, `legal` bool[M, S], `dev` int[S]); None where a set
     would hold more than `BUSY_SET_CAP` vectors (and for every block before it), and for
-    every block with more than three devices."""
+    every block with fewer than two or more than three devices."""
     m = dur.shape[0]
     out: list[np.ndarray | None] = [None] * m
     if d not in (2, 3):
@@ -100,8 +101,9 @@ def least_bottleneck(sets: np.ndarray, busy: np.ndarray) -> np.ndarray:
     """min_k max_d (busy[:, d] + sets[k, d]) [L] (s): the least largest device busy time
     of any completion of labels with busy times `busy` f64[L, D] (s), given the set of
     what the remaining blocks can add (`busy_sets`)."""
-    out = np.empty(busy.shape[0])
     k, d = sets.shape
+    assert k > 0, "a busy set holds at least the vector of the cheapest completion"
+    out = np.empty(busy.shape[0])
     step = max(1, (1 << 18) // k)  # labels per step: [step, K] tables
     for lo in range(0, busy.shape[0], step):
         b = busy[lo : lo + step]

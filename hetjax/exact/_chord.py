@@ -230,7 +230,8 @@ def state_chord(fp: FormatProblem, tab: StateTables, bnd: StateBounds, incumbent
     # kept per representative r = (device, format), S / nk of them, and only the step out of
     # a block is taken per state. The least completion of a representative is the least over
     # its legal codes, and min_k (c + h_k) = c + min_k h_k in floating point too (rounding
-    # is monotone): the same values as a DP over every state, a third of the work with codes.
+    # is monotone): the same values as a DP over every state at every legal representative
+    # (the only entries a label reads; inf at the others), a third of the work with 3 codes.
     nk = len(fp.codes)
     m, d = tab.m, tab.d
     legal_k = legal.reshape(m, -1, nk)
@@ -256,7 +257,7 @@ def state_chord(fp: FormatProblem, tab: StateTables, bnd: StateBounds, incumbent
     xf, exf, qxf = fx(tab.xfer)[..., rep], fx(tab.e_xfer)[..., rep], qx[..., rep]
     step = ax_a * xf + g * exf + fp.delta * qxf + ax_mu * qxf  # [P, 1, U, M, S, D]
     step = np.where(finite[..., rep], step, np.inf)
-    # each state's least over its block's legal codes: inf where a code is not legal
+    # each representative's least over its legal codes (inf where none is legal)
     h = np.zeros(cost.shape)  # [P, R, U, G, M, S / nk]
     h[..., m - 1, :] = np.where(legal_r[m - 1], 0.0, np.inf)
     for j in range(m - 2, -1, -1):

@@ -617,8 +617,8 @@ def label_search(
             b_lb = bnd.bottleneck(j, res)
             if floor is not None:  # (the parents' bound with whole blocks holds for them)
                 b_lb = np.maximum(b_lb, floor[parent])
-            elif j == 0:  # (a few labels: their own)
-                b_lb = np.maximum(b_lb, tab.least_bottleneck(0, res[:, :d]))
+            elif tab.busy_sets[j] is not None:  # (block 0, or the first block with a set)
+                b_lb = np.maximum(b_lb, tab.least_bottleneck(j, res[:, :d]))
             if mode == "score":
                 ub = fp.chain.score_bound(b, t_lb, b_lb, e_lb) - fp.delta * q_lb
                 keep &= ub >= incumbent
