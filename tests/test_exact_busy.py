@@ -108,7 +108,9 @@ def test_the_search_with_formats_finds_the_same_optimum_with_fewer_labels(model,
 
 
 @pytest.mark.parametrize("preset", ["host3", "edge"])
-def test_the_search_with_the_sets_keeps_the_optimum_with_the_incumbent_just_below(preset):
+def test_the_search_with_the_sets_keeps_the_optimum_with_the_incumbent_just_below(
+    preset, monkeypatch
+):
     """An invalid floor would prune the optimum's own labels once the incumbent leaves no
     slack; the optimum comes from the search without the sets (a cap of 0)."""
     from hetjax.exact import _formats
@@ -116,12 +118,10 @@ def test_the_search_with_the_sets_keeps_the_optimum_with_the_incumbent_just_belo
 
     graph, platform = hj.graphs.transformer("bert-mini"), hj.hardware.preset(preset)
     kw = dict(formats=(0, 1, 2), codes=(0, 1, 2), quality_budget=1.0)
-    saved, _busy.BUSY_SET_CAP = _busy.BUSY_SET_CAP, 0
-    try:
-        info: dict = {}
-        plan, _ = hj.exact.optimal_score(graph, platform, stats=info, **kw)
-    finally:
-        _busy.BUSY_SET_CAP = saved
+    monkeypatch.setattr(_busy, "BUSY_SET_CAP", 0)
+    info: dict = {}
+    plan, _ = hj.exact.optimal_score(graph, platform, stats=info, **kw)
+    monkeypatch.undo()  # (the sets from here on)
     fp = _format_problem(ChainProblem.create(graph, platform), (0, 1, 2), (0, 1, 2), 0.0, 1.0,
                          "t")  # fmt: skip
     tab = fp.tables(float(plan.batch))

@@ -50,11 +50,11 @@ def pareto_least(a: np.ndarray) -> np.ndarray:
     st1, st2 = np.zeros(0), np.zeros(0)
     for lo in range(0, k, _CHUNK):
         c1, c2 = a[lo : lo + _CHUNK, 1], a[lo : lo + _CHUNK, 2]
-        at = np.searchsorted(st1, c1, side="right") - 1
-        gone = np.zeros(c1.size, bool)
-        if st1.size:
-            gone = (at >= 0) & (st2[np.maximum(at, 0)] <= c2)
         n = c1.size
+        gone = np.zeros(n, bool)
+        if st1.size:  # (the last step at or below each row's column 1, if any)
+            at = np.searchsorted(st1, c1, side="right") - 1
+            gone = (at >= 0) & (st2[np.maximum(at, 0)] <= c2)
         within = (c1[None, :] <= c1[:, None]) & (c2[None, :] <= c2[:, None])
         gone |= (within & np.tri(n, n, -1, dtype=bool)).any(axis=1)
         keep[lo : lo + n] = ~gone
