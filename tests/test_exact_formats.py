@@ -297,8 +297,10 @@ def test_a_search_too_large_for_memory_stops_under_a_time_limit_and_refuses_with
     monkeypatch,
 ):
     """The labels' memory guard (`MAX_CANDIDATES`, 2^24; tinyllama-1.1b on host3 was killed
-    at 24 GB without it), here made tiny: under a time limit the search stops as at the
-    deadline with an honest bound; without one it refuses, since it cannot be exact."""
+    at 24 GB without it), here made tiny (16: with the joins of the backward search this
+    chain's searches keep at most 4 labels a block, 2 x 18 states passes it): under a time
+    limit the search stops as at the deadline with an honest bound; without one it refuses,
+    since it cannot be exact."""
     from hetjax.exact import _formats
 
     g = hj.graphs.transformer("bert-tiny", seq_len=32)
@@ -306,7 +308,7 @@ def test_a_search_too_large_for_memory_stops_under_a_time_limit_and_refuses_with
     kw = dict(formats=(0, 1, 2), codes=(0, 1, 2), quality_budget=0.5)
     full = {}
     _, value = hj.exact.optimal_score(g, p, BATCHES, **kw, stats=full)
-    monkeypatch.setattr(_formats, "MAX_CANDIDATES", 200)
+    monkeypatch.setattr(_formats, "MAX_CANDIDATES", 16)
     cut = {}
     plan, found = hj.exact.optimal_score(g, p, BATCHES, **kw, stats=cut, time_limit=3600)
     assert not cut["optimal"] and found <= value + 1e-6
