@@ -33,7 +33,11 @@ _CHUNK = 256  # vectors per step of the staircase test
 def pareto_least(a: np.ndarray) -> np.ndarray:
     """The distinct rows of a f64[K, D] (D = 2 or 3) that no other row is <= in every
     column, sorted ascending by column 0 (then 1, 2)."""
-    a = np.unique(a, axis=0)  # (sorted lexicographically: an earlier row is <= in column 0)
+    # the distinct rows sorted lexicographically (an earlier row is <= in column 0); a
+    # lexsort, several times faster than `np.unique(axis=0)`'s sort of row bytes
+    a = a[np.lexsort(a.T[::-1])]
+    if a.shape[0] > 1:
+        a = a[np.concatenate([[True], np.any(a[1:] != a[:-1], axis=1)])]
     k, d = a.shape
     if k < 2:
         return a

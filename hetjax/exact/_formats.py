@@ -72,6 +72,9 @@ BEAM_DEVICES = 3
 # labels per block past which `solve_score`'s search without the quality budget gives up
 # (`_without_budget`; None: no such search)
 RELAXED_LABELS = 4096
+# whether the beam search and the search without the budget take the chord bound
+BEAM_CHORD = False
+RELAXED_CHORD = False
 
 
 @dataclass(frozen=True)
@@ -474,6 +477,7 @@ def label_search(
     max_labels: int | None = None,
     record: list | None = None,
     completions: _meet.Suffixes | None = None,
+    chord: bool = True,
 ) -> StateResult:
     """Labels over (block, state) at one batch; modes as `_search.label_search` ("score",
     "pareto", "latency"). Labels carry latency, energy, quality, busy per device and link,
@@ -513,7 +517,7 @@ def label_search(
     # (with the joins of a backward search on every block the chord prunes nothing more:
     # bert-base on `host3`, batch 8, 4,569 labels either way, 0.27 s without it, 0.91 s with)
     joined = completions is not None and completions.covers(m)
-    lin, want_lin = None, mode == "score" and np.isfinite(incumbent) and not joined
+    lin, want_lin = None, chord and mode == "score" and np.isfinite(incumbent) and not joined
     quality_matters = np.isfinite(budget) or fp.delta != 0
     # A block's code decides only how its output crosses into the next block (its duration,
     # energy, quality and memory do not depend on it), so the search defers it: a label holds
@@ -543,6 +547,7 @@ def label_search(
     counts: list[int] = []
     level_bound = np.inf  # before block 0: no bound of this search's own
     floor = None  # f64[L]: a lower bound on the bottleneck of each label's completions
+    join_cap = None  # f64[L, D]: each label's joins by the device of the next block
 
     def no_plan(complete: bool = True) -> StateResult:
         empty = np.zeros(0)
@@ -601,6 +606,8 @@ def label_search(
         mp, ma = mem_p[li], mem_a[li]
         qn = q[li] + tab.qual[j, own] + qx
         ok = qn <= budget
+        if join_cap is not None:  # the parent's joins on this block's device (`_meet`)
+            ok &= join_cap[li, dev] >= incumbent
         for k, bd in enumerate(bind):
             on = dev == bd
             mp[on, k] += tab.params[j, own[on]]
@@ -683,10 +690,15 @@ def label_search(
                 return no_plan(complete=False)
             kept.append(idx[~gone])
         sel = np.concatenate(kept) if kept else np.zeros(0, np.int64)
+        joins = None  # f64[candidates, D]: the labels' joins by the next block's device
         if completions is not None and mode == "score" and sel.size and j < m - 1:
-            v = completions.bound(fp, tab, j, last[sel], t[sel], e[sel], q[sel], res[sel, :d])
-            if v is not None:  # (bounds completions that can beat the incumbent, as the chord)
+            per_dev = completions.bound(fp, tab, j, last[sel], t[sel], e[sel], q[sel],
+                                        res[sel, :d])  # fmt: skip
+            if per_dev is not None:  # (bounds completions that can beat the incumbent)
+                v = per_dev.max(axis=1)
                 ub[sel] = np.minimum(ub[sel], np.maximum(v, incumbent))
+                joins = np.full((t.size, d), np.inf)
+                joins[sel] = per_dev
                 sel = sel[v >= incumbent]
         if mode == "score":
             level_bound = float(np.max(ub[sel])) if sel.size else -np.inf
@@ -697,6 +709,7 @@ def label_search(
                 sel = np.sort(sel[np.argsort(-ub[sel], kind="stable")[:beam]])
         last, parent, res, t, e, q = last[sel], parent[sel], res[sel], t[sel], e[sel], q[sel]
         mem_p, mem_a = mem_p[sel], mem_a[sel]
+        join_cap = None if joins is None else joins[sel]
         # The least bottleneck of the kept labels' completions with whole blocks (`_busy`): a
         # lower bound for their children too, which the next block takes as a floor (on the
         # few kept labels, not the many candidates: about as strong, far cheaper).
@@ -770,8 +783,10 @@ def improve(fp: FormatProblem, tab: StateTables, sp: np.ndarray, rounds: int = 3
     return local_search(lambda x: scores(fp, tab, x), tab.m, tab.s, sp, rounds, 1000)
 
 
-def root_bound(fp: FormatProblem, tab: StateTables, bnd: StateBounds) -> float:
-    """An upper bound on the score of every plan at this batch."""
+def root_bound(fp: FormatProblem, tab: StateTables, bnd: StateBounds,
+               whole_blocks: bool = True) -> float:  # fmt: skip
+    """An upper bound on the score of every plan at this batch (`whole_blocks`: with the
+    bottleneck bound of `_busy`, which builds the batch's busy sets; else a looser one)."""
     d = tab.d
     first = np.flatnonzero(tab.legal[0])
     if first.size == 0:
@@ -782,15 +797,36 @@ def root_bound(fp: FormatProblem, tab: StateTables, bnd: StateBounds) -> float:
     t = bnd.latency(0, first, tab.dur[0, first], q0, fp.quality_budget)
     e = bnd.energy(0, first, tab.e_dur[0, first], q0, fp.quality_budget)
     q = q0 + bnd.q[0, first]
-    b_lb = np.maximum(bnd.bottleneck(0, res), tab.least_bottleneck(0, res[:, :d]))
+    b_lb = bnd.bottleneck(0, res)
+    if whole_blocks:
+        b_lb = np.maximum(b_lb, tab.least_bottleneck(0, res[:, :d]))
     ub = fp.chain.score_bound(tab.batch, t, b_lb, e) - fp.delta * q
     ub = np.where(np.isfinite(t) & (q <= fp.quality_budget), ub, -np.inf)
     return float(np.max(ub))
 
 
-def _batches_in_bound_order(fp: FormatProblem, tabs):
-    roots = [root_bound(fp, tab, state_bounds(tab, fp.quality_budget)) for tab in tabs]
-    return roots, np.argsort(roots)[::-1]
+class _Roots:
+    """The batches' root bounds, in the order of the looser ones (no busy sets); a batch's
+    bound is tightened with the busy sets the first time it could not rule the batch out
+    (`below`), so a batch ruled out by the looser bound never builds its sets (bert-base on
+    `host3`: batches 1 and 2, about 25 ms each)."""
+
+    def __init__(self, fp: FormatProblem, tabs):
+        self.fp, self.tabs = fp, tabs
+        self.bound = [root_bound(fp, tab, state_bounds(tab, fp.quality_budget), False)
+                      for tab in tabs]  # fmt: skip
+        self.order = np.argsort(self.bound)[::-1]
+        self.tight = [False] * len(tabs)
+
+    def below(self, k: int, incumbent: float) -> bool:
+        """Whether every plan at batch k scores below `incumbent`, by its root bound."""
+        if self.bound[k] < incumbent:
+            return True
+        if not self.tight[k]:
+            tab = self.tabs[k]
+            tight = root_bound(self.fp, tab, state_bounds(tab, self.fp.quality_budget))
+            self.bound[k], self.tight[k] = min(self.bound[k], tight), True
+        return self.bound[k] < incumbent
 
 
 def _without_budget(fp: FormatProblem, tab: StateTables, incumbent: float, deadline, info: dict):
@@ -812,7 +848,8 @@ def _without_budget(fp: FormatProblem, tab: StateTables, incumbent: float, deadl
     nk = len(fp.codes)
     record: list = []
     rel = label_search(free, _meet.reversed_tables(tab, nk), "score", incumbent=incumbent,
-                       deadline=deadline, max_labels=RELAXED_LABELS, record=record)  # fmt: skip
+                       deadline=deadline, max_labels=RELAXED_LABELS, record=record,
+                       chord=RELAXED_CHORD)  # fmt: skip
     suffixes = _meet.Suffixes.from_record(tab, record, nk)
     found, settled = None, True
     if not rel.complete:  # the deadline (its bound holds under the budget too), or the cap
@@ -856,27 +893,32 @@ def solve_score(
     only)."""
     tabs = [fp.tables(b) for b in dict.fromkeys(batches)]
     best, best_b, best_s = None, 0.0, -np.inf
-    roots, order = _batches_in_bound_order(fp, tabs)
+    roots = _Roots(fp, tabs)
+    order = roots.order
     # incumbent: the best seed, improved by local search, of each batch whose root bound can
     # still beat it (in bound order: a batch whose every plan scores below the incumbent
     # cannot raise it, and its search is skipped below too)
     for k in order:
-        if roots[k] < best_s:
+        if roots.below(k, best_s):
             continue
         tab = tabs[k]
         sd = seeds(tab, fp.quality_budget, placements)
         s = scores(fp, tab, sd)
-        sp, val = improve(fp, tab, sd[int(np.argmax(s))])
+        i = int(np.argmax(s))
+        # (local search from the first batch's best seed only: the beams and the searches
+        # below do better for the others than 0.1 s of local search, bert-base on `host3`)
+        sp, val = improve(fp, tab, sd[i]) if best is None else (sd[i], float(s[i]))
         if val > best_s:
             best, best_b, best_s = sp, tab.batch, val
     # then a beam search of each such batch (the labels of best bound, with a coarse chord),
     # its best plan improved by local search: an incumbent near the optimum prunes the
     # exact searches below far more
     for k in order:
-        if BEAM is None or tabs[k].d < BEAM_DEVICES or roots[k] < best_s:
+        if BEAM is None or tabs[k].d < BEAM_DEVICES or roots.below(k, best_s):
             continue
         tab = tabs[k]
-        res = label_search(fp, tab, "score", incumbent=best_s, deadline=deadline, beam=BEAM)
+        res = label_search(fp, tab, "score", incumbent=best_s, deadline=deadline, beam=BEAM,
+                           chord=BEAM_CHORD)  # fmt: skip
         if res.t.size:
             s = fp.score_of(tab.batch, res.t, res.bottleneck, res.e, res.q)
             sp, val = improve(fp, tab, res.placements([int(np.argmax(s))])[0])
@@ -886,8 +928,8 @@ def solve_score(
     open_bounds = []  # upper bounds of the batches whose search did not finish
     for k in order:
         tab = tabs[k]
-        if roots[k] < best_s:
-            per_batch[tab.batch] = {"skipped": True, "root_bound": roots[k]}
+        if roots.below(k, best_s):
+            per_batch[tab.batch] = {"skipped": True, "root_bound": roots.bound[k]}
             continue
         # past the deadline a batch still gets its first block's labels: their bounds (the
         # chord's among them) are much tighter than the root bound

@@ -141,19 +141,23 @@ class Suffixes:
         return all(j in self.levels for j in range(m - 1))
 
     def bound(self, fp: FormatProblem, tab: StateTables, j: int, last, t, e, q, busy):
-        """Upper bound (score units) f64[L] on the completions of labels at block j (`last`
-        their representative states, `t` s, `e` J, `q` points, `busy` s f64[L, D]) that can
-        beat the backward search's incumbent, or None where no suffix is kept for block
-        j + 1. Each join takes the least transfer time, energy and code loss over the
-        label's legal codes separately, and the bottleneck over busy times alone (links
-        left out): both only raise the bound."""
+        """Upper bounds (score units) f64[L, D] on the completions of labels at block j
+        (`last` their representative states, `t` s, `e` J, `q` points, `busy` s f64[L, D])
+        that can beat the backward search's incumbent, by the device of block j + 1 (-inf
+        where no kept suffix starts on it), or None where no suffix is kept for block j + 1.
+        Each join takes the least transfer time, energy and code loss over the label's legal
+        codes separately, and the bottleneck over busy times alone (links left out): both
+        only raise the bound. Per device, since the backward search compares suffixes whose
+        first blocks share a device (the labels of one group): a suffix it dropped as
+        dominated has a kept one on the same device at least as good after every prefix; so
+        a child of the label on device d has at most its bound on d."""
         if j not in self.levels:
             return None
         s_rep, s_t, s_e, s_q, s_busy = self.levels[j]
-        out = np.full(t.size, -np.inf)
+        nk, d = self.nk, tab.d
+        out = np.full((t.size, d), -np.inf)
         if s_t.size == 0 or t.size == 0:
             return out
-        nk, d = self.nk, tab.d
         last = np.asarray(last)
         states = last[:, None] + np.arange(nk)[None, :]  # [L, nk]: the label's block's codes
         legal = tab.legal[j][states]
@@ -183,6 +187,6 @@ class Suffixes:
                 sc = fp.chain.score_of(b, tt, bb, ee)
                 if delta:
                     sc = sc - delta * (qp[sl, None] + sq[None, :])
-                out[sl] = np.maximum(out[sl], sc.max(axis=1))
+                out[sl, dv] = sc.max(axis=1)
         # (a margin far above the rounding of the sums: the bound stays an upper bound)
-        return out + 1e-12 * np.abs(out)
+        return out + 1e-12 * np.abs(np.where(np.isfinite(out), out, 0.0))
