@@ -471,6 +471,14 @@ def _dominated_rows(dom, passes) -> np.ndarray:
     return out
 
 
+@functools.lru_cache(maxsize=8)
+def _earlier(chunk: int) -> np.ndarray:
+    """bool[chunk, chunk]: row r after column c (read only; built once per chunk size)."""
+    out = np.tri(chunk, chunk, -1, dtype=bool)
+    out.flags.writeable = False
+    return out
+
+
 def _dominated(keys, res, delta, floor, chunk: int = 256, stop=None) -> np.ndarray | None:
     """Mask of labels dominated by an earlier label (keys sorted ascending by column 0), or
     None when `stop` (a callable, read before each chunk of `chunk` labels after the first)
@@ -492,8 +500,8 @@ def _dominated(keys, res, delta, floor, chunk: int = 256, stop=None) -> np.ndarr
     if n < 2:
         return out
     # Columns equal across all labels decide nothing.
-    res_cols = [r for r in range(res.shape[1]) if np.ptp(res[:, r]) > 0]
-    key_cols = [c for c in range(1, keys.shape[1]) if np.ptp(keys[:, c]) > 0]
+    res_cols = np.flatnonzero(np.ptp(res, axis=0) > 0).tolist() if res.shape[1] else []
+    key_cols = (np.flatnonzero(np.ptp(keys[:, 1:], axis=0) > 0) + 1).tolist()
     # Candidates on the fast (last) axis, one contiguous row per column: [I, J] masks.
     key_t = np.ascontiguousarray(keys.T)
     res_t = np.ascontiguousarray(res.T)
@@ -519,7 +527,7 @@ def _dominated(keys, res, delta, floor, chunk: int = 256, stop=None) -> np.ndarr
             np.less_equal(res_t[c, j][None, :], res_t[c, i][:, None], out=out)
             out |= reach_t[c, j][None, :] <= floor[i][:, None]
 
-    earlier = np.tri(chunk, chunk, -1, dtype=bool)  # [I, I]: label r after label c
+    earlier = _earlier(chunk)  # [I, I]: label r after label c
     kept = np.zeros(0, np.int64)
     for lo in range(0, n, chunk):
         if lo and stop is not None and stop():
