@@ -20,6 +20,8 @@ than three the sets are not built.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 __all__ = ["BUSY_SET_CAP", "busy_sets", "least_bottleneck", "pareto_least"]
@@ -28,6 +30,14 @@ __all__ = ["BUSY_SET_CAP", "busy_sets", "least_bottleneck", "pareto_least"]
 # 1,319; on four devices the sets grow past a million)
 BUSY_SET_CAP = 4096
 _CHUNK = 256  # vectors per step of the staircase test
+
+
+@functools.lru_cache(maxsize=2)
+def _earlier(n: int) -> np.ndarray:
+    """bool[n, n]: row r after column c (read only; built once)."""
+    out = np.tri(n, n, -1, dtype=bool)
+    out.flags.writeable = False
+    return out
 
 
 def pareto_least(a: np.ndarray) -> np.ndarray:
@@ -59,11 +69,17 @@ def pareto_least(a: np.ndarray) -> np.ndarray:
         if st1.size:  # (the last step at or below each row's column 1, if any)
             at = np.searchsorted(st1, c1, side="right") - 1
             gone = (at >= 0) & (st2[np.maximum(at, 0)] <= c2)
-        within = (c1[None, :] <= c1[:, None]) & (c2[None, :] <= c2[:, None])
-        gone |= (within & np.tri(n, n, -1, dtype=bool)).any(axis=1)
+        # within the chunk, among the rows the staircase left (a row dominated by a gone one
+        # is dominated by what dominates that one: a kept row, or a step of the staircase)
+        live = np.flatnonzero(~gone)
+        if live.size > 1:
+            l1, l2 = c1[live], c2[live]
+            within = (l1[None, :] <= l1[:, None]) & (l2[None, :] <= l2[:, None])
+            within &= _earlier(_CHUNK)[: live.size, : live.size]
+            gone[live] = within.any(axis=1)
         keep[lo : lo + n] = ~gone
         # the staircase of every row so far (a dominated row changes no step)
-        p1, p2 = np.concatenate([st1, c1]), np.concatenate([st2, c2])
+        p1, p2 = np.concatenate([st1, c1[~gone]]), np.concatenate([st2, c2[~gone]])
         order = np.lexsort((p2, p1))
         p1, p2 = p1[order], p2[order]
         low = np.minimum.accumulate(p2)

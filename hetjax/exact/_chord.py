@@ -258,16 +258,28 @@ def state_chord(fp: FormatProblem, tab: StateTables, bnd: StateBounds, incumbent
     xf, exf, qxf = fx(tab.xfer)[..., rep], fx(tab.e_xfer)[..., rep], qx[..., rep]
     step = ax_a * xf + g * exf + fp.delta * qxf + ax_mu * qxf  # [P, 1, U, M, S, D]
     step = np.where(finite[..., rep], step, np.inf)
-    # each representative's least over its legal codes (inf where none is legal)
-    h = np.zeros(cost.shape)  # [P, R, U, G, M, S / nk]
-    h[..., m - 1, :] = np.where(legal_r[m - 1], 0.0, np.inf)
+    # each representative's least over its legal codes (inf where none is legal). Blocks on
+    # the leading axis (each block's table contiguous), and the minima over the few devices
+    # and codes as running np.minimum: a reduction over 3 entries is slow (the same values:
+    # a minimum does not depend on its order)
+    spans = [np.flatnonzero(on[k]) for k in range(d)]  # (contiguous: states are device-major)
+    cost_m = np.moveaxis(cost, 4, 0)  # [M, P, R, U, G, S / nk]
+    step_m = np.moveaxis(step, 3, 0)  # [M, P, 1, U, S, D]
+    h = np.zeros(cost_m.shape)
+    h[m - 1] = np.where(legal_r[m - 1], 0.0, np.inf)
     for j in range(m - 2, -1, -1):
-        nxt = cost[..., j + 1, :] + h[..., j + 1, :]  # [P, R, U, G, S / nk]
-        per_dev = np.min(np.where(on, nxt[..., None, :], np.inf), axis=-1)  # [P, R, U, G, D]
-        h_s = np.min(step[:, :, :, None, j + 1] + per_dev[..., None, :], axis=-1)  # [.., S]
-        h_s = np.where(legal[j], h_s, np.inf).reshape(*h_s.shape[:-1], -1, nk)
-        h[..., j, :] = h_s.min(axis=-1)
-    h = np.moveaxis(h, (4, 5), (0, 3))  # [M, P, R, S / nk, U, G]
+        nxt = cost_m[j + 1] + h[j + 1]  # [P, R, U, G, S / nk]
+        h_s = np.full((*nxt.shape[:4], tab.s), np.inf)  # [P, R, U, G, S]
+        for k, span in enumerate(spans):
+            if span.size:  # the least of device k's representatives, then the step to it
+                per = nxt[..., span[0] : span[-1] + 1].min(axis=-1)  # [P, R, U, G]
+                np.minimum(h_s, step_m[j + 1][:, :, :, None, :, k] + per[..., None], out=h_s)
+        h_s = np.where(legal[j], h_s, np.inf)
+        least = h_s[..., 0::nk]
+        for c in range(1, nk):
+            least = np.minimum(least, h_s[..., c::nk])
+        h[j] = least
+    h = np.moveaxis(h, 5, 3)  # [M, P, R, S / nk, U, G]
     h = h.reshape(*h.shape[:4], -1)  # [M, P, R, S / nk, F]
     return StateChord(a_grid=a_grid, c_grid=c_grid, a_t=a_t, a_b=a_b, t_lo=t_lo, b_lo=b_lo,
                       incumbent=incumbent, g=g, delta=fp.delta, lam=np.tile(lam, (mu.size, 1)),

@@ -271,24 +271,19 @@ def _undominated(legal, dur, e_dur, qual, params, act, xfer, e_xfer, q_xfer, sde
     m, n = legal.shape
     same = sdev[:, None] == sdev[None, :]  # [S (s), S (s')]
     binds = binding[sdev]  # [S]
-    out = legal.copy()
-    for j in range(m):
-        mem = [np.where(binds, params[j], 0.0), np.where(binds, act[j], 0.0)]
-        cols = [dur[j], e_dur[j], qual[j], *mem]
-        le = same & legal[j][None, :]
-        lt = np.zeros((n, n), bool)
-        for c in cols:  # s' <= s in every column; < in some
-            le &= c[None, :] <= c[:, None]
-            lt |= c[None, :] < c[:, None]
-        if j + 1 < m:
-            for tab in (xfer[j + 1], e_xfer[j + 1], q_xfer[j + 1]):  # rows: from state
-                le &= np.all(tab[None, :, :] <= tab[:, None, :], axis=2)
-                lt |= np.any(tab[None, :, :] < tab[:, None, :], axis=2)
-        idx = np.arange(n)
-        dominated = le & (lt | (idx[None, :] < idx[:, None]))
-        np.fill_diagonal(dominated, False)
-        out[j] &= ~dominated.any(axis=1)
-    return out
+    # every block at once: [M, S (s), S (s')]
+    le = same[None] & legal[:, None, :]
+    lt = np.zeros((m, n, n), bool)
+    for c in (dur, e_dur, qual, np.where(binds, params, 0.0), np.where(binds, act, 0.0)):
+        le &= c[:, None, :] <= c[:, :, None]  # s' <= s in every column; < in some
+        lt |= c[:, None, :] < c[:, :, None]
+    for tab in (xfer[1:], e_xfer[1:], q_xfer[1:]):  # out of blocks 0 .. M - 2; rows: from
+        le[:-1] &= np.all(tab[:, None, :, :] <= tab[:, :, None, :], axis=3)
+        lt[:-1] |= np.any(tab[:, None, :, :] < tab[:, :, None, :], axis=3)
+    idx = np.arange(n)
+    dominated = le & (lt | (idx[None, :] < idx[:, None])[None])
+    dominated[:, idx, idx] = False
+    return legal & ~dominated.any(axis=2)
 
 
 def chain_eval(tab: StateTables, sp: np.ndarray):
