@@ -155,3 +155,44 @@ def test_the_joins_keep_the_optimum_with_fewer_labels(model):
     (s_on, n_on), (s_off, n_off) = runs
     assert s_on == s_off == info["score64"]
     assert n_on < n_off
+
+
+SEEDS = 3  # (with the beam's drop test left out, a beam of 1 fails on these seeds)
+
+
+def _three_devices(seed: int):
+    """A random 3-block chain (`_problem`'s) on a platform drawn around `host3`: (graph,
+    platform)."""
+    fp, _ = _problem(seed, 1.0, 0.0, 1.0)
+    p = hj.hardware.unstack(hj.hardware.sample(jax.random.key(seed), 1, base="host3"))[0]
+    return fp.chain.graph, p
+
+
+@pytest.mark.parametrize("beam", [1, 100, 10**6])
+def test_a_batch_ruled_out_by_the_beam_search_holds_no_better_plan(beam, monkeypatch):
+    """On three devices the beam search runs first; where its bounds pruned every label before
+    it dropped one, its batch is not searched again (`by_beam`). The optimum must be every
+    (device, format, code) assignment's with a beam that drops labels at once (1), the
+    default, and one that never does (then it is an exact search, and batches are ruled
+    out by it). A beam of 1 drops labels at once, so a batch it ends empty on may still hold
+    a better plan (without the test of the drop, this fails)."""
+    monkeypatch.setattr(_formats, "BEAM", beam)
+    monkeypatch.setitem(globals(), "M_BLOCKS", 3)
+    batches, seen = (1.0, 8.0), 0
+    for seed in range(SEEDS):
+        g, p = _three_devices(seed)
+        states = np.array(list(itertools.product(range(27), repeat=3)))
+        plans = [hj.Plan.from_blocks(g, states // 9, b, fmt=(states % 9) // 3, code=states % 3)
+                 for b in batches]  # fmt: skip
+        ref = hj.evaluate(g, p, hj.reference_plan(g))
+        best = -np.inf
+        for pl in plans:
+            s = hj.score(jax.jit(hj.evaluate)(g, p, pl), ref, quality_budget=1.0)
+            best = max(best, float(np.max(np.asarray(s))))
+        info: dict = {}
+        _, value = hj.exact.optimal_score(g, p, batches, formats=(0, 1, 2), codes=(0, 1, 2),
+                                          quality_budget=1.0, stats=info)  # fmt: skip
+        assert abs(value - best) <= 1e-5 * max(1.0, abs(best)), (seed, value, best)
+        seen += sum(bool(v.get("by_beam")) for v in info["per_batch"].values())
+    if beam == 10**6:
+        assert seen  # (the rule was used)

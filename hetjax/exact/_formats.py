@@ -99,6 +99,9 @@ class StateTables:
     act: np.ndarray  # f64[M, S]       bytes: largest act_bytes in the state's format
     capacity: np.ndarray  # f64[D]     bytes
     binding: np.ndarray  # bool[D]     memory may bind on d at this batch
+    # `bounds`' cache per budget (not an argument: `dataclasses.replace` starts a new one)
+    _bounds: dict = dataclasses.field(default_factory=dict, init=False, repr=False,
+                                      compare=False)  # fmt: skip
 
     @property
     def m(self) -> int:
@@ -111,6 +114,14 @@ class StateTables:
     @property
     def d(self) -> int:
         return self.capacity.shape[0]
+
+    def bounds(self, budget: float) -> StateBounds:
+        """`state_bounds` of these tables under the quality budget `budget` (points), built
+        once per budget: the root bounds, the beam and the exact search of a batch share it."""
+        key = float(budget)
+        if key not in self._bounds:
+            self._bounds[key] = state_bounds(self, budget)
+        return self._bounds[key]
 
     @functools.cached_property
     def busy_sets(self) -> list:
@@ -448,6 +459,9 @@ class StateResult:
     # sent[j][i]: the code index (into the problem's codes) of block j - 1 in label i of
     # block j; a label's own code is decided by the block after it (`label_search`)
     sent: list[np.ndarray] = dataclasses.field(default_factory=list)
+    # a beam search dropped labels past its width: where it ends with no plan, that proves
+    # nothing (where it did not, its bounds pruned every plan, as the exact search's would)
+    cut: bool = False
 
     def placements(self, idx) -> np.ndarray:
         """State placements int[K, M] of the complete labels `idx` (the last level's `last`
@@ -504,7 +518,7 @@ def label_search(
     next block scores below the incumbent go."""
     m, d = tab.m, tab.d
     b = tab.batch
-    bnd = state_bounds(tab, fp.quality_budget)
+    bnd = tab.bounds(fp.quality_budget)
     col = _links(d)
     n_res = 0 if mode == "latency" else d + d * (d - 1)
     bind = np.flatnonzero(tab.binding)
@@ -547,10 +561,12 @@ def label_search(
     floor = None  # f64[L]: a lower bound on the bottleneck of each label's completions
     join_cap = None  # f64[L, D]: each label's joins by the device of the next block
 
+    cut = False  # (a beam search dropped labels)
+
     def no_plan(complete: bool = True) -> StateResult:
         empty = np.zeros(0)
         bound = -np.inf if complete else level_bound
-        return StateResult(levels, empty, empty, empty, empty, counts, complete, bound)
+        return StateResult(levels, empty, empty, empty, empty, counts, complete, bound, cut=cut)
 
     def past(j: int) -> bool:  # the deadline, read from block 1 on
         return deadline is not None and j > 0 and perf_counter() > deadline
@@ -705,6 +721,7 @@ def label_search(
                 return no_plan(complete=False)
             if beam is not None and sel.size > beam:  # a heuristic: the best bounds go on
                 sel = np.sort(sel[np.argsort(-ub[sel], kind="stable")[:beam]])
+                cut = True
         last, parent, res, t, e, q = last[sel], parent[sel], res[sel], t[sel], e[sel], q[sel]
         mem_p, mem_a = mem_p[sel], mem_a[sel]
         join_cap = None if joins is None else joins[sel]
@@ -726,7 +743,7 @@ def label_search(
     # the last block's output never crosses: its first legal code
     levels[-1] = _Level(last=last + first[m - 1, last // nk], parent=levels[-1].parent)
     bott = res.max(1) if n_res else np.zeros(t.size)
-    return StateResult(levels, t, bott, e, q, counts, sent=sent)
+    return StateResult(levels, t, bott, e, q, counts, sent=sent, cut=cut)
 
 
 def _priced(rows: list, cost, step, q, qx, budget: float) -> None:
@@ -811,7 +828,7 @@ class _Roots:
 
     def __init__(self, fp: FormatProblem, tabs):
         self.fp, self.tabs = fp, tabs
-        self.bound = [root_bound(fp, tab, state_bounds(tab, fp.quality_budget), False)
+        self.bound = [root_bound(fp, tab, tab.bounds(fp.quality_budget), False)
                       for tab in tabs]  # fmt: skip
         self.order = np.argsort(self.bound)[::-1]
         self.tight = [False] * len(tabs)
@@ -822,7 +839,7 @@ class _Roots:
             return True
         if not self.tight[k]:
             tab = self.tabs[k]
-            tight = root_bound(self.fp, tab, state_bounds(tab, self.fp.quality_budget))
+            tight = root_bound(self.fp, tab, tab.bounds(self.fp.quality_budget))
             self.bound[k], self.tight[k] = min(self.bound[k], tight), True
         return self.bound[k] < incumbent
 
@@ -910,12 +927,17 @@ def solve_score(
             best, best_b, best_s = sp, tab.batch, val
     # then a beam search of each such batch (the labels of best bound, with a coarse chord),
     # its best plan improved by local search: an incumbent near the optimum prunes the
-    # exact searches below far more
+    # exact searches below far more. A beam search whose bounds pruned every label before it
+    # dropped any has searched its batch exactly: no plan there beats the incumbent (bert-base
+    # on `host3`: batches 32 and 4 end at their first block by the coarse chord)
+    ruled_out: dict = {}
     for k in order:
         if BEAM is None or tabs[k].d < BEAM_DEVICES or roots.below(k, best_s):
             continue
         tab = tabs[k]
         res = label_search(fp, tab, "score", incumbent=best_s, deadline=deadline, beam=BEAM)
+        if res.complete and not res.cut and res.t.size == 0:
+            ruled_out[k] = res.labels_per_block
         if res.t.size:
             s = fp.score_of(tab.batch, res.t, res.bottleneck, res.e, res.q)
             sp, val = improve(fp, tab, res.placements([int(np.argmax(s))])[0])
@@ -927,6 +949,10 @@ def solve_score(
         tab = tabs[k]
         if roots.below(k, best_s):
             per_batch[tab.batch] = {"skipped": True, "root_bound": roots.bound[k]}
+            continue
+        if k in ruled_out:  # (the beam search above, before it dropped a label)
+            per_batch[tab.batch] = {"skipped": False, "by_beam": True, "complete": True,
+                                    "labels_per_block": ruled_out[k]}  # fmt: skip
             continue
         # past the deadline a batch still gets its first block's labels: their bounds (the
         # chord's among them) are much tighter than the root bound
