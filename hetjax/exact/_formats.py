@@ -515,7 +515,10 @@ def label_search(
 
     `completions` ("score" mode, `_meet.Suffixes` of a backward search against at most
     `incumbent`): after the dominance test, labels whose every join with the suffixes of the
-    next block scores below the incumbent go."""
+    next block scores below the incumbent go.
+
+    `chord` ("score" mode): whether the chord bound may be built (it is not where
+    `completions` cover every block: it would prune nothing more)."""
     m, d = tab.m, tab.d
     b = tab.batch
     bnd = tab.bounds(fp.quality_budget)

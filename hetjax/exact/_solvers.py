@@ -235,7 +235,8 @@ def optimal_score(
     stopped early) and `stats["upper_bound"]` (an upper bound on the optimum's score, float64
     in the search's own arithmetic, as `stats["score64"]` for the plan returned) say how far
     from the optimum that plan can be. The search with formats starts from the FP16 optimum's
-    devices; under a limit, from the best FP16 plan its search finds in the first half of it.
+    devices on two devices or under a limit (there, from the best FP16 plan its search finds
+    in the first half of it); on three or more devices without a limit, from a beam search.
     The version-1 search (FP16 only, no codes) runs to the end (`stats["optimal"]` True)
     unless `limit_fp16` is True: then `time_limit` bounds it too, with the same
     `stats["optimal"]` and `stats["upper_bound"]` (the largest of the plan's score, the
