@@ -20,9 +20,9 @@ than three the sets are not built.
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
+
+from hetjax.exact._search import _earlier
 
 __all__ = ["BUSY_SET_CAP", "busy_sets", "least_bottleneck", "pareto_least"]
 
@@ -30,14 +30,6 @@ __all__ = ["BUSY_SET_CAP", "busy_sets", "least_bottleneck", "pareto_least"]
 # 1,319; on four devices the sets grow past a million)
 BUSY_SET_CAP = 4096
 _CHUNK = 256  # vectors per step of the staircase test
-
-
-@functools.lru_cache(maxsize=2)
-def _earlier(n: int) -> np.ndarray:
-    """bool[n, n]: row r after column c (read only; built once)."""
-    out = np.tri(n, n, -1, dtype=bool)
-    out.flags.writeable = False
-    return out
 
 
 def pareto_least(a: np.ndarray) -> np.ndarray:

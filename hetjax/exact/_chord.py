@@ -53,13 +53,12 @@ COARSE_CHORD = (4, 45)
 _MU = (0.01, 0.1, 1.0)
 
 
-def _least_over_codes(arr: np.ndarray, legal: np.ndarray, nk: int) -> np.ndarray:
+def _least_over_codes(arr: np.ndarray, legal: np.ndarray, nk: int):
     """`arr` f64[..., M, S] with each state's entry replaced by the least over the legal
     codes of its device and format (inf where none is legal): a bound for a label whose
     block's code is not chosen yet."""
     least = np.where(legal, arr, np.inf).reshape(*arr.shape[:-1], arr.shape[-1] // nk, nk)
-    least = least.min(axis=-1, initial=np.inf)
-    return np.repeat(least, nk, axis=-1)
+    return np.repeat(least.min(axis=-1, initial=np.inf), nk, axis=-1)
 
 
 def screen_sample(n: int) -> np.ndarray | None:

@@ -51,7 +51,7 @@ from hetjax.exact._search import (
 from hetjax.formats import A_BITS, T_BITS, W_BITS
 from hetjax.graphs.core import EMBED, MATMUL
 
-__all__ = ["FormatProblem", "StateTables"]
+__all__ = ["FormatProblem", "StateTables", "beam_runs"]
 
 # labels per step of a dominance test (`_search._dominated`'s chunk); a search with a deadline
 # reads the clock between steps
@@ -78,6 +78,11 @@ RELAXED_LABELS = 1 << 15
 # same optimum, 0.2 s less without; the beam keeps it: without it, its ranking found no plan
 # on tinyllama-1.1b on `host3`, 2026-12-01)
 RELAXED_CHORD = False
+
+
+def beam_runs(d: int) -> bool:
+    """Whether `solve_score` seeds its incumbent with a beam search on D devices."""
+    return BEAM is not None and d >= BEAM_DEVICES
 
 
 @dataclass(frozen=True)
@@ -935,7 +940,7 @@ def solve_score(
     # on `host3`: batches 32 and 4 end at their first block by the coarse chord)
     ruled_out: dict = {}
     for k in order:
-        if BEAM is None or tabs[k].d < BEAM_DEVICES or roots.below(k, best_s):
+        if not beam_runs(tabs[k].d) or roots.below(k, best_s):
             continue
         tab = tabs[k]
         res = label_search(fp, tab, "score", incumbent=best_s, deadline=deadline, beam=BEAM)

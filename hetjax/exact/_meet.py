@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from hetjax.exact._chord import _least_over_codes
+
 if TYPE_CHECKING:
     from hetjax.exact._formats import FormatProblem, StateTables
 
@@ -49,7 +51,7 @@ def reversed_tables(tab: StateTables, nk: int) -> StateTables:
     transfer whose sender's code is illegal there is infinite. Per-state costs are those of
     the block (least over its legal codes: they do not depend on the code); busy times and
     memory add up in any order; each link's busy time is kept on the reversed link (a
-    search's link columns read from the receiver: `Suffixes` turns them round)."""
+    search's link columns read from the receiver; `Suffixes` leaves links out)."""
     m, n = tab.m, tab.s
     off, base = _offsets(tab, nk)
     legal_k = tab.legal.reshape(m, -1, nk)
@@ -57,11 +59,8 @@ def reversed_tables(tab: StateTables, nk: int) -> StateTables:
     legal = any_code[::-1].copy()
     legal[m - 1] &= off == 0  # block 0 has no block before it: its code is moot
 
-    def least(x):  # least over the legal codes of each (device, format), block order reversed
-        lo = np.where(tab.legal, x, np.inf).reshape(m, -1, nk).min(axis=2)
-        return np.repeat(lo, nk, axis=1)[::-1]
-
-    dur, e_dur = least(tab.dur), least(tab.e_dur)
+    # (per-state costs do not depend on the code: the least over the legal ones)
+    dur, e_dur = (_least_over_codes(x, tab.legal, nk)[::-1] for x in (tab.dur, tab.e_dur))
     xfer = np.zeros((m, n, n))
     e_xfer = np.zeros((m, n, n))
     q_xfer = np.zeros((m, n, n))

@@ -500,7 +500,7 @@ def _dominated(keys, res, delta, floor, chunk: int = 256, stop=None) -> np.ndarr
     if n < 2:
         return out
     # Columns equal across all labels decide nothing.
-    res_cols = np.flatnonzero(np.ptp(res, axis=0) > 0).tolist() if res.shape[1] else []
+    res_cols = np.flatnonzero(np.ptp(res, axis=0) > 0).tolist()
     key_cols = (np.flatnonzero(np.ptp(keys[:, 1:], axis=0) > 0) + 1).tolist()
     # Candidates on the fast (last) axis, one contiguous row per column: [I, J] masks.
     key_t = np.ascontiguousarray(keys.T)

@@ -269,9 +269,8 @@ def optimal_score(
         # incumbent is better and the FP16 search is left out (bert-base on `host3`: the same
         # optimum, 0.14 s less; on two devices it saves more than it costs)
         half = None if deadline is None else t0 + time_limit / 2
-        beam = _formats.BEAM is not None and len(problem.devices) >= _formats.BEAM_DEVICES
         seeds = ()
-        if deadline is not None or not beam:
+        if deadline is not None or not _formats.beam_runs(len(problem.devices)):
             seeds = (_search_v1(problem, batches, half)[0].bp,)  # local devices int[M]
         sp, batch, _ = _formats.solve_score(fp, batches, info, placements=seeds,
                                             deadline=deadline)  # fmt: skip
