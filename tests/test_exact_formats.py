@@ -21,10 +21,11 @@ M_BLOCKS = 3
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
 
 
-def _chain(rng) -> hj.LayerGraph:
-    """A chain of M_BLOCKS blocks (EMBED or MATMUL, then NORM) with random quality losses."""
+def _chain(rng, m_blocks: int = M_BLOCKS) -> hj.LayerGraph:
+    """A chain of `m_blocks` blocks (EMBED or MATMUL, then NORM) with random quality losses
+    (tests/test_exact_meet.py builds its chains here too)."""
     g, prev = GraphBuilder(), None
-    for j in range(M_BLOCKS):
+    for j in range(m_blocks):
         g.begin_block(FFN if j else EMBEDDING)
         a = g.op(
             f"mm{j}",

@@ -9,44 +9,27 @@ import dataclasses
 import itertools
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_exact_formats import _chain
 
 import hetjax as hj
 from hetjax.exact import _formats, _meet
 from hetjax.exact._chain import ChainProblem
 from hetjax.exact._solvers import _format_problem
-from hetjax.graphs import EMBED, EMBEDDING, FFN, MATMUL, NORM, GraphBuilder
 
 M_BLOCKS = 4
 NK = 3
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
 
 
-def _graph(rng, m_blocks: int) -> hj.LayerGraph:
-    """A chain of `m_blocks` random blocks with random quality losses."""
-    g, prev = GraphBuilder(), None
-    for j in range(m_blocks):
-        g.begin_block(FFN if j else EMBEDDING)
-        a = g.op(f"mm{j}", EMBED if j == 0 else MATMUL, rng.uniform(1e8, 5e9),
-                 rng.uniform(1e4, 1e6), rng.uniform(1e4, 2e6), rng.uniform(1e5, 5e7),
-                 [prev])  # fmt: skip
-        prev = g.op(f"n{j}", NORM, rng.uniform(1e5, 1e7), rng.uniform(1e4, 1e6),
-                    rng.uniform(1e4, 2e6), 0.0, [a])  # fmt: skip
-    graph = g.build()
-    losses = np.zeros((2, graph.m_max, 3), np.float32)
-    losses[:, :, 1:] = rng.uniform(0.0, 0.6, (2, graph.m_max, 2))
-    return graph.replace(fmt_loss=jnp.asarray(losses[0]), code_loss=jnp.asarray(losses[1]))
-
-
 def _problem(seed: int, budget: float, delta: float, batch: float):
-    """A chain of M_BLOCKS random blocks (`_graph`) on a platform drawn around `edge` (the NPU
+    """A chain of M_BLOCKS random blocks (`_chain`) on a platform drawn around `edge` (the NPU
     sometimes without a codec, or with a memory that binds): (problem, tables at `batch`)."""
     rng = np.random.default_rng(seed)
-    graph = _graph(rng, M_BLOCKS)
+    graph = _chain(rng, M_BLOCKS)
     p = hj.hardware.unstack(hj.hardware.sample(jax.random.key(int(rng.integers(1 << 30))), 1))[0]
     if rng.random() < 0.3:
         p = p.replace(codec_bw=p.codec_bw.at[1].set(0.0))
@@ -165,9 +148,9 @@ SEEDS = 3  # (with the beam's drop test left out, a beam of 1 fails on these see
 
 
 def _three_devices(seed: int):
-    """A random 3-block chain (`_graph`) on a platform drawn around `host3`: (graph,
+    """A random 3-block chain (`_chain`) on a platform drawn around `host3`: (graph,
     platform)."""
-    g = _graph(np.random.default_rng(seed), 3)
+    g = _chain(np.random.default_rng(seed), 3)
     p = hj.hardware.unstack(hj.hardware.sample(jax.random.key(seed), 1, base="host3"))[0]
     return g, p
 
